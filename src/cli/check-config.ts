@@ -1,0 +1,50 @@
+import type { Command } from 'commander';
+import type { Config } from '../config/load.js';
+import { redactUrl } from './serve.js';
+import { addCommonOptions, configFrom, printJson, type CommonOptions } from './common.js';
+
+/** The resolved configuration with every secret replaced by a count. */
+export function describeConfig(config: Config) {
+  return {
+    file: config.file,
+    database: redactUrl(config.database),
+    listen: `${config.host}:${config.port}`,
+    maxBodyBytes: config.maxBodyBytes,
+    sources: [...config.sources.values()].map((s) => ({
+      name: s.name,
+      provider: s.provider.name,
+      secrets: s.secrets.length,
+      keyIds: [...s.keys.keys()],
+      successStatus: s.successStatus,
+      retryHorizonHours: s.retryHorizonHours,
+      onConflict: s.options.onConflict,
+    })),
+    routes: config.routes.map((r) => ({
+      name: r.name,
+      source: r.source,
+      events: r.events,
+      key: r.key,
+      ...(r.version === undefined ? {} : { version: r.version }),
+      ...(r.filter === undefined ? {} : { filter: r.filter }),
+      effect: r.effect.exec !== undefined ? { exec: r.effect.exec } : r.effect.http !== undefined ? { http: r.effect.http.url } : { module: r.effect.module },
+      timeoutSeconds: r.effect.timeoutSeconds,
+    })),
+    retry: config.retry,
+    drain: config.drain,
+  };
+}
+
+export function registerCheckConfig(program: Command): void {
+  addCommonOptions(program.command('check-config'))
+    .description('validate the configuration and print the resolved sources and routes, secrets hidden')
+    .option('--json', 'print one JSON document')
+    .action((options: CommonOptions & { json?: boolean }) => {
+      const description = describeConfig(configFrom(options));
+      if (options.json === true) return printJson(description);
+      const out: string[] = [`configuration ${description.file} is valid`, `database: ${description.database}`, `listen: ${description.listen}`, 'sources:'];
+      for (const s of description.sources) out.push(`  ${s.name}: ${s.provider}, ${s.secrets} secret(s)${s.keyIds.length > 0 ? `, key ids ${s.keyIds.join(', ')}` : ''}, answers ${s.successStatus}, retry horizon ${s.retryHorizonHours} h`);
+      out.push('routes:');
+      for (const r of description.routes) out.push(`  ${r.name}: ${r.source} [${r.events.join(', ')}] key ${r.key} -> ${JSON.stringify(r.effect)}`);
+      process.stdout.write(`${out.join('\n')}\n`);
+    });
+}

@@ -1,0 +1,46 @@
+import { InvalidArgumentError, type Command } from 'commander';
+import { loadConfig, type Config, type ConfigOverrides } from '../config/load.js';
+import { openStore } from '../store/open.js';
+import type { Store } from '../store/types.js';
+
+/** Options every subcommand takes (-c/--config, --db). */
+export interface CommonOptions {
+  config?: string;
+  db?: string;
+}
+
+export function addCommonOptions(cmd: Command): Command {
+  return cmd
+    .option('-c, --config <file>', 'configuration file (default ./receiver.config.json or $RECEIVER_CONFIG)')
+    .option('--db <path-or-url>', 'database file or postgres:// URL (overrides "database"; also $RECEIVER_DB)');
+}
+
+export function configFrom(options: CommonOptions & Omit<ConfigOverrides, 'config' | 'db'>): Config {
+  const overrides: ConfigOverrides = {};
+  if (options.config !== undefined) overrides.config = options.config;
+  if (options.db !== undefined) overrides.db = options.db;
+  if (options.host !== undefined) overrides.host = options.host;
+  if (options.port !== undefined) overrides.port = options.port;
+  if (options.logLevel !== undefined) overrides.logLevel = options.logLevel;
+  return loadConfig(overrides);
+}
+
+/** For one-shot commands: SQLite waits for the lock the whole busy timeout (no server to keep responsive). */
+export function openStoreFor(config: Config): Promise<Store> {
+  return openStore(config.database, { busyTimeoutMs: Math.max(config.busyTimeoutMs, 5000) });
+}
+
+/** Parses a positive whole number flag; usage error naming the flag otherwise. */
+export function positiveInt(flag: string) {
+  return (value: string): number => {
+    if (!/^\d+$/.test(value) || Number(value) <= 0) {
+      throw new InvalidArgumentError(`${flag} must be a positive whole number, e.g. ${flag} 30.`);
+    }
+    return Number(value);
+  };
+}
+
+/** Prints exactly one JSON document on stdout. */
+export function printJson(value: unknown): void {
+  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+}

@@ -1,0 +1,40 @@
+import type { Command } from 'commander';
+import { ReceiverError } from '../errors.js';
+import { addCommonOptions, configFrom, type CommonOptions } from './common.js';
+
+interface SendTestOptions extends CommonOptions {
+  url?: string;
+}
+
+/** Signs a sample delivery with the source's first secret and posts it to the running server. */
+export function registerSendTest(program: Command): void {
+  addCommonOptions(program.command('send-test').argument('<source>', 'a configured source name'))
+    .description("sign a sample delivery with that source's secret and post it to the running server")
+    .option('--url <url>', 'server base URL (default http://<host>:<port> from the configuration)')
+    .action(async (name: string, options: SendTestOptions) => {
+      const config = configFrom(options);
+      const source = config.sources.get(name);
+      if (source === undefined) {
+        throw new ReceiverError('usage', `no source named "${name}"`, { hint: `one of: ${[...config.sources.keys()].join(', ') || '(none configured)'}` });
+      }
+      const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
+      const base = options.url ?? `http://${host.includes(':') ? `[${host}]` : host}:${config.port}`;
+      const url = `${base.replace(/\/$/, '')}/webhooks/${encodeURIComponent(name)}`;
+      const now = Date.now();
+      const sample = source.provider.sample(now);
+      const secret = source.secrets[0]?.reveal() ?? '';
+      const signed = source.provider.sign(sample, secret, now, source, source.options.publicUrl ?? url);
+      const body = signed.body ?? sample;
+      let response: Response;
+      try {
+        response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...signed.headers }, body: new Uint8Array(body) });
+      } catch (e) {
+        throw new ReceiverError('runtime', `cannot reach ${url}: ${(e as Error).cause instanceof Error ? ((e as Error).cause as Error).message : (e as Error).message}`, {
+          hint: 'start the server with `receiver serve` (or pass --url)',
+        });
+      }
+      const text = await response.text();
+      process.stdout.write(`POST ${url} -> ${response.status} ${text}\n`);
+      if (response.status >= 300) process.exitCode = 1;
+    });
+}

@@ -1,0 +1,159 @@
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import type { z } from 'zod';
+import { configError, ReceiverError } from '../errors.js';
+import { providerNames, providers } from '../providers/registry.js';
+import type { ResolvedSource } from '../providers/types.js';
+import { checkTemplate } from '../template.js';
+import { configSchema, type RawConfig, type RouteConfig } from './schema.js';
+import { resolveSecret, type Secret } from './secret.js';
+
+export interface Config extends Omit<RawConfig, 'sources' | 'metrics'> {
+  /** Where the configuration came from (for messages). */
+  file: string;
+  sources: ReadonlyMap<string, ResolvedSource>;
+  routes: RouteConfig[];
+  metrics: { enabled: boolean; token: Secret | undefined };
+}
+
+/** Values from flags; they win over the environment, which wins over the file. */
+export interface ConfigOverrides {
+  config?: string;
+  db?: string;
+  host?: string;
+  port?: number;
+  logLevel?: string;
+}
+
+export const DEFAULT_CONFIG_FILE = './receiver.config.json';
+
+function fieldPath(path: readonly PropertyKey[]): string {
+  return path.map(String).join('.') || '(top level)';
+}
+
+function describeIssue(issue: z.core.$ZodIssue): string {
+  if (issue.code === 'unrecognized_keys') {
+    const where = issue.path.length === 0 ? '' : `${fieldPath(issue.path)}.`;
+    return issue.keys.map((k) => `${where}${k}: unknown field (check the spelling against the README's configuration section)`).join('\n');
+  }
+  return `${fieldPath(issue.path)}: ${issue.message}`;
+}
+
+/** Reads, validates and resolves the configuration. Throws `config` errors naming the field. */
+export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessEnv = process.env): Config {
+  const file = overrides.config ?? env.RECEIVER_CONFIG ?? DEFAULT_CONFIG_FILE;
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    throw configError(
+      `cannot read configuration file ${file} (${code ?? 'error'})`,
+      code === 'ENOENT' ? `cp contrib/receiver.example.json ${file}, or pass -c <file>` : `check the permissions of ${file}`,
+    );
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (e) {
+    throw configError(`${file} is not valid JSON: ${(e as Error).message}`, 'fix the JSON syntax (a trailing comma is a common cause)');
+  }
+  return resolveConfig(json, file, overrides, env);
+}
+
+export function resolveConfig(json: unknown, file: string, overrides: ConfigOverrides = {}, env: NodeJS.ProcessEnv = process.env): Config {
+  const parsed = configSchema.safeParse(json);
+  if (!parsed.success) {
+    throw configError(`${file}: invalid configuration\n${parsed.error.issues.map(describeIssue).join('\n')}`, 'see the configuration section of the README');
+  }
+  const raw = parsed.data;
+
+  const database = overrides.db ?? env.RECEIVER_DB ?? raw.database;
+  const host = overrides.host ?? env.RECEIVER_HOST ?? raw.host;
+  const portText = overrides.port ?? env.RECEIVER_PORT;
+  const port = portText === undefined ? raw.port : Number(portText);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw configError(`port: ${String(portText)} is not a port number`, 'use a whole number from 0 to 65535');
+  const level = overrides.logLevel ?? env.RECEIVER_LOG_LEVEL ?? raw.log.level;
+  const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+  if (!levels.includes(level)) throw configError(`log.level: "${level}" is not a level`, `use one of ${levels.join(', ')}`);
+
+  const problems: string[] = [];
+  const sources = new Map<string, ResolvedSource>();
+  for (const [name, options] of Object.entries(raw.sources)) {
+    const field = `sources.${name}`;
+    const provider = providers.get(options.provider);
+    if (provider === undefined) {
+      problems.push(`${field}.provider: unknown provider "${options.provider}" (known: ${providerNames().join(', ')})`);
+      continue;
+    }
+    const refs: [string, string][] = [];
+    if (options.secret !== undefined) refs.push([`${field}.secret`, options.secret]);
+    options.secrets?.forEach((s, i) => refs.push([`${field}.secrets.${i}`, s]));
+    const secrets: Secret[] = [];
+    const keys = new Map<string, Secret>();
+    try {
+      for (const [f, ref] of refs) secrets.push(resolveSecret(ref, f, env));
+      for (const [kid, ref] of Object.entries(options.keys ?? {})) keys.set(kid, resolveSecret(ref, `${field}.keys.${kid}`, env));
+    } catch (e) {
+      if (e instanceof ReceiverError) {
+        problems.push(e.message + (e.hint === undefined ? '' : ` (try: ${e.hint})`));
+        continue;
+      }
+      throw e;
+    }
+    // Never a silent accept-all: a verifying provider without a secret refuses to start.
+    if (provider.needsSecret && secrets.length === 0 && keys.size === 0) {
+      problems.push(`${field}.secret: provider "${provider.name}" needs a secret (set "secret", "secrets" or "keys"; a literal, env:NAME or file:PATH)`);
+      continue;
+    }
+    for (const p of provider.validate?.(options) ?? []) problems.push(`${field}.${p}`);
+    sources.set(name, {
+      name,
+      provider,
+      options,
+      secrets: secrets.length > 0 ? secrets : [...keys.values()],
+      keys,
+      successStatus: options.successStatus ?? provider.successStatus,
+      retryHorizonHours: options.retryHorizonHours ?? provider.retryHorizonHours,
+    });
+  }
+
+  const names = new Set<string>();
+  raw.routes.forEach((route, i) => {
+    const field = `routes.${i}`;
+    if (names.has(route.name)) problems.push(`${field}.name: "${route.name}" is used by two routes; effect keys start with the route name, so names must be unique`);
+    names.add(route.name);
+    if (route.source !== '*' && raw.sources[route.source] === undefined) problems.push(`${field}.source: no source named "${route.source}"`);
+    for (const f of ['key', 'version'] as const) {
+      const t = route[f];
+      const p = t === undefined ? undefined : checkTemplate(t);
+      if (p !== undefined) problems.push(`${field}.${f}: ${p}`);
+    }
+    if (route.effect.timeoutSeconds >= raw.drain.leaseSeconds) {
+      problems.push(`${field}.effect.timeoutSeconds: ${route.effect.timeoutSeconds}s must be shorter than drain.leaseSeconds (${raw.drain.leaseSeconds}s), or another process could take the event while it runs`);
+    }
+  });
+
+  let token: Secret | undefined;
+  if (raw.metrics.token !== undefined) {
+    try {
+      token = resolveSecret(raw.metrics.token, 'metrics.token', env);
+    } catch (e) {
+      if (!(e instanceof ReceiverError)) throw e;
+      problems.push(e.message);
+    }
+  }
+
+  if (problems.length > 0) throw configError(`${file}: invalid configuration\n${problems.join('\n')}`, 'fix the fields named above, then run `receiver check-config`');
+
+  return {
+    ...raw,
+    file,
+    database: database.startsWith('postgres://') || database.startsWith('postgresql://') || database === ':memory:' ? database : resolve(database),
+    host,
+    port,
+    log: { level: level as RawConfig['log']['level'] },
+    sources,
+    metrics: { enabled: raw.metrics.enabled, token },
+  };
+}

@@ -1,0 +1,105 @@
+import { z } from 'zod';
+
+/**
+ * The configuration file's shape (see CONTRACT.md). Every object is strict: an unknown
+ * field is an error naming it, because a typo such as "secrests" must not silently
+ * leave a source unverified.
+ */
+
+const secretRef = z.string().min(1, 'must not be empty');
+
+export const sourceSchema = z.strictObject({
+  provider: z.string().min(1),
+  secret: secretRef.optional(),
+  secrets: z.array(secretRef).min(1).optional(),
+  /** Secrets chosen by the key id the sender names (MailWebhook's kid). */
+  keys: z.record(z.string(), secretRef).optional(),
+  toleranceSeconds: z.number().int().positive().optional(),
+  onConflict: z.enum(['reject', 'accept']).default('reject'),
+  successStatus: z.number().int().min(200).max(299).optional(),
+  retryHorizonHours: z.number().positive().optional(),
+  // Generic HMAC (`hmac-sha256`) and the template-driven providers.
+  header: z.string().min(1).optional(),
+  prefix: z.string().optional(),
+  encoding: z.enum(['hex', 'base64']).optional(),
+  timestampHeader: z.string().min(1).optional(),
+  signedPayload: z.string().min(1).optional(),
+  deliveryId: z.string().min(1).optional(),
+  eventType: z.string().min(1).optional(),
+  /** Standard Webhooks: `base64` (the spec, Svix) or `utf8` (Polar's SDK uses the whole secret). */
+  secretEncoding: z.enum(['base64', 'utf8']).optional(),
+  /** Twilio signs the public URL it called; behind a proxy that is not the URL we see. */
+  publicUrl: z.url().optional(),
+});
+
+const effectSchema = z
+  .strictObject({
+    exec: z.array(z.string().min(1)).min(1).optional(),
+    http: z
+      .strictObject({
+        url: z.url(),
+        headers: z.record(z.string(), z.string()).optional(),
+      })
+      .optional(),
+    module: z.string().min(1).optional(),
+    timeoutSeconds: z.number().positive().default(30),
+  })
+  .refine((e) => [e.exec, e.http, e.module].filter((x) => x !== undefined).length === 1, {
+    message: 'set exactly one of "exec", "http" or "module"',
+  });
+
+export const routeSchema = z.strictObject({
+  name: z.string().regex(/^[A-Za-z0-9_.-]+$/, 'use letters, digits, "_", "-" and "." only'),
+  source: z.string().min(1),
+  events: z.array(z.string().min(1)).min(1).default(['*']),
+  filter: z.record(z.string(), z.union([z.string(), z.number(), z.boolean(), z.null()])).optional(),
+  key: z.string().min(1),
+  version: z.string().min(1).optional(),
+  effect: effectSchema,
+});
+
+export const configSchema = z.strictObject({
+  database: z.string().min(1).default('./data/receiver.db'),
+  host: z.string().min(1).default('127.0.0.1'),
+  port: z.number().int().min(0).max(65535).default(8080),
+  maxBodyBytes: z.number().int().positive().default(1_048_576),
+  /** How long an insert waits for another process's write lock before answering 503. */
+  busyTimeoutMs: z.number().int().nonnegative().default(5000),
+  sources: z.record(z.string().regex(/^[A-Za-z0-9_.-]+$/, 'use letters, digits, "_", "-" and "."'), sourceSchema).default({}),
+  routes: z.array(routeSchema).default([]),
+  retry: z
+    .strictObject({
+      maxAttempts: z.number().int().positive().default(12),
+      baseSeconds: z.number().positive().default(10),
+      maxSeconds: z.number().positive().default(3600),
+    })
+    .default({ maxAttempts: 12, baseSeconds: 10, maxSeconds: 3600 }),
+  drain: z
+    .strictObject({
+      enabled: z.boolean().default(true),
+      /** A claim is held this long; a crashed process's claims are retried after it. */
+      leaseSeconds: z.number().positive().default(300),
+      /** How often an idle drain looks for work written by another process (replay). */
+      pollMs: z.number().int().positive().default(1000),
+    })
+    .default({ enabled: true, leaseSeconds: 300, pollMs: 1000 }),
+  log: z
+    .strictObject({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') })
+    .default({ level: 'info' }),
+  metrics: z
+    .strictObject({
+      enabled: z.boolean().default(true),
+      /** Optional bearer token for GET /metrics (literal, env:NAME or file:PATH). */
+      token: secretRef.optional(),
+    })
+    .default({ enabled: true }),
+  /** SIGTERM: how long the running effect may finish before we leave it to its lease. */
+  shutdownGraceSeconds: z.number().nonnegative().default(10),
+  /** Slow or stalled clients are cut off after this long. */
+  requestTimeoutSeconds: z.number().positive().default(30),
+});
+
+export type RawConfig = z.infer<typeof configSchema>;
+export type SourceConfig = z.infer<typeof sourceSchema>;
+export type RouteConfig = z.infer<typeof routeSchema>;
+export type EffectConfig = RouteConfig['effect'];

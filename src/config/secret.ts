@@ -1,0 +1,67 @@
+import { readFileSync } from 'node:fs';
+import { inspect } from 'node:util';
+import { configError } from '../errors.js';
+
+/**
+ * A resolved secret. It never prints itself: String(), JSON, util.inspect and pino all
+ * see "[secret]". Only verifiers and signers call reveal().
+ */
+export class Secret {
+  readonly #value: string;
+
+  constructor(value: string) {
+    this.#value = value;
+  }
+
+  reveal(): string {
+    return this.#value;
+  }
+
+  toString(): string {
+    return '[secret]';
+  }
+
+  toJSON(): string {
+    return '[secret]';
+  }
+
+  [inspect.custom](): string {
+    return '[secret]';
+  }
+}
+
+/**
+ * Resolves a secret reference: `env:NAME`, `file:PATH` or a literal.
+ * `field` names the config field in errors, e.g. `sources.stripe.secret`.
+ */
+export function resolveSecret(ref: string, field: string, env: NodeJS.ProcessEnv = process.env): Secret {
+  if (ref.startsWith('env:')) {
+    const name = ref.slice(4);
+    const value = env[name];
+    if (value === undefined || value === '') {
+      throw configError(
+        `${field}: environment variable ${name} is not set or empty`,
+        `export ${name}=<the signing secret>, or put it in the systemd EnvironmentFile`,
+      );
+    }
+    return new Secret(value);
+  }
+  if (ref.startsWith('file:')) {
+    const path = ref.slice(5);
+    let value: string;
+    try {
+      value = readFileSync(path, 'utf8');
+    } catch (e) {
+      throw configError(
+        `${field}: cannot read secret file ${path} (${(e as NodeJS.ErrnoException).code ?? 'error'})`,
+        `create ${path} containing the secret, readable by the receiver's user`,
+      );
+    }
+    // Editors and `echo` add a trailing newline that is not part of the secret.
+    value = value.replace(/\r?\n$/, '');
+    if (value === '') throw configError(`${field}: secret file ${path} is empty`, `write the secret into ${path}`);
+    return new Secret(value);
+  }
+  if (ref === '') throw configError(`${field}: secret is empty`, 'set a literal secret, env:NAME or file:PATH');
+  return new Secret(ref);
+}

@@ -1,0 +1,52 @@
+import { Hono, type Context } from 'hono';
+import { ReceiverError } from '../errors.js';
+import type { ResolvedSource } from '../providers/types.js';
+import type { IngestResult, Store } from '../store/types.js';
+import { ingestHandler, type DeliveryOutcome } from './ingest.js';
+
+export interface AppOptions {
+  sources: ReadonlyMap<string, ResolvedSource>;
+  store: Store;
+  maxBodyBytes: number;
+  now?: () => number;
+  onOutcome?: (o: DeliveryOutcome) => void;
+  onAccepted?: (r: IngestResult) => void;
+  /** Extra routes (metrics) mounted by the caller. */
+  extend?: (app: Hono) => void;
+  /** Unexpected errors (500s) are reported here; the client sees no detail. */
+  onError?: (e: unknown) => void;
+}
+
+/** Seconds a sender should wait after a 503. */
+export const RETRY_AFTER_SECONDS = 5;
+
+/** The one place errors become HTTP answers. Never a stack trace to a client. */
+export function errorResponse(e: unknown, c: Context, onError?: (e: unknown) => void): Response {
+  if (e instanceof ReceiverError) {
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    if (e.httpStatus === 503) headers['retry-after'] = String(RETRY_AFTER_SECONDS);
+    // 503s say only that the store is unavailable; the cause goes to the log.
+    const message = e.httpStatus === 503 ? 'temporarily unavailable, retry later' : e.message;
+    if (e.httpStatus >= 500) onError?.(e);
+    return c.body(JSON.stringify({ error: e.kind, message }), e.httpStatus as 400, headers);
+  }
+  onError?.(e);
+  return c.body(JSON.stringify({ error: 'internal', message: 'internal error' }), 500, { 'content-type': 'application/json' });
+}
+
+export function createApp(options: AppOptions): Hono {
+  const app = new Hono();
+  app.post('/webhooks/:source', ingestHandler(options));
+  app.get('/healthz', async (c) => {
+    try {
+      await options.store.ping();
+      return c.json({ status: 'ok' });
+    } catch {
+      return c.json({ status: 'unavailable' }, 503, { 'retry-after': String(RETRY_AFTER_SECONDS) });
+    }
+  });
+  options.extend?.(app);
+  app.notFound((c) => c.json({ error: 'not_found', message: 'no such route; deliveries go to POST /webhooks/<source>' }, 404));
+  app.onError((e, c) => errorResponse(e, c, options.onError));
+  return app;
+}

@@ -1,0 +1,114 @@
+import type { Context } from 'hono';
+import { ReceiverError } from '../errors.js';
+import type { Delivery, ResolvedSource } from '../providers/types.js';
+import { sha256Hex } from '../providers/util.js';
+import type { IngestResult, IngestStore } from '../store/types.js';
+import { readRawRequest } from './body.js';
+
+/** Headers that carry a secret or a signature: never stored, logged or shown. */
+const SENSITIVE_HEADERS = new Set([
+  'authorization',
+  'cookie',
+  'proxy-authorization',
+  'x-gitlab-token',
+  'asaas-access-token',
+  'stripe-signature',
+  'x-hub-signature',
+  'x-hub-signature-256',
+  'webhook-signature',
+  'svix-signature',
+  'x-shopify-hmac-sha256',
+  'x-slack-signature',
+  'paddle-signature',
+  'x-signature',
+  'x-twilio-signature',
+  'x-mailwebhook-signature',
+]);
+
+export function redactHeaders(headers: Record<string, string>, source: ResolvedSource): Record<string, string> {
+  const extra = source.options.header?.toLowerCase();
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(headers)) out[k] = SENSITIVE_HEADERS.has(k) || k === extra ? '[redacted]' : v;
+  return out;
+}
+
+/** What happened to one delivery, for logs and metrics. */
+export interface DeliveryOutcome {
+  source: string;
+  outcome: 'accepted' | 'duplicate' | 'conflict' | 'handshake' | 'unauthorized' | 'too_large' | 'bad_request' | 'not_found' | 'unavailable' | 'error';
+  status: number;
+  eventId?: number;
+  deliveryId?: string;
+  eventType?: string;
+  durationMs: number;
+  error?: string;
+}
+
+export interface IngestHandlerOptions {
+  sources: ReadonlyMap<string, ResolvedSource>;
+  store: IngestStore;
+  maxBodyBytes: number;
+  now?: () => number;
+  /** Called once per delivery, whatever its outcome. */
+  onOutcome?: (o: DeliveryOutcome) => void;
+  /** Called after a new event is committed (wakes the drain). */
+  onAccepted?: (r: IngestResult) => void;
+}
+
+const OUTCOME_BY_KIND: Partial<Record<ReceiverError['kind'], DeliveryOutcome['outcome']>> = {
+  verification: 'unauthorized',
+  too_large: 'too_large',
+  payload: 'bad_request',
+  not_found: 'not_found',
+  unavailable: 'unavailable',
+};
+
+/**
+ * POST /webhooks/:source, in the contract's order: source, body limit, signature over
+ * the exact raw bytes, delivery id, durable insert, answer. The answer is sent only
+ * after the store has committed the row.
+ */
+export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, onOutcome, onAccepted }: IngestHandlerOptions) {
+  return async function ingest(c: Context): Promise<Response> {
+    const started = performance.now();
+    const name = c.req.param('source') ?? '';
+    const report = (o: Omit<DeliveryOutcome, 'durationMs' | 'source'>) =>
+      onOutcome?.({ source: name, durationMs: performance.now() - started, ...o });
+    let delivery: Delivery | undefined;
+    let deliveryId: string | undefined;
+    try {
+      const source = sources.get(name);
+      if (source === undefined) throw new ReceiverError('not_found', `no source named "${name}"`);
+      const request = await readRawRequest(c, maxBodyBytes);
+      delivery = { raw: request.raw, headers: request.headers, url: request.url, now: now() };
+      source.provider.verify(delivery, source);
+      const handshake = source.provider.handshake?.(delivery, source);
+      if (handshake !== undefined) {
+        report({ outcome: 'handshake', status: handshake.status });
+        return c.body(handshake.body, handshake.status as 200, { 'content-type': handshake.contentType });
+      }
+      const identity = source.provider.identify(delivery, source);
+      deliveryId = identity.deliveryId;
+      const result = await store.ingest({
+        source: name,
+        deliveryId: identity.deliveryId,
+        eventType: identity.eventType,
+        headers: redactHeaders(delivery.headers, source),
+        body: delivery.raw,
+        bodySha256: sha256Hex(delivery.raw),
+        extraIds: identity.extra,
+        receivedAt: delivery.now,
+        successStatus: source.successStatus,
+        onConflict: source.options.onConflict,
+      });
+      report({ outcome: result.outcome, status: result.status, eventId: result.eventId, deliveryId, eventType: identity.eventType });
+      if (result.outcome === 'accepted') onAccepted?.(result);
+      return c.body(result.body, result.status as 202, { 'content-type': 'application/json' });
+    } catch (e) {
+      const kind = e instanceof ReceiverError ? e.kind : 'runtime';
+      const status = e instanceof ReceiverError ? e.httpStatus : 500;
+      report({ outcome: OUTCOME_BY_KIND[kind] ?? 'error', status, error: (e as Error).message, ...(deliveryId === undefined ? {} : { deliveryId }) });
+      throw e;
+    }
+  };
+}

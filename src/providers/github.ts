@@ -1,0 +1,54 @@
+import { randomUUID } from 'node:crypto';
+import { payloadError, verificationError } from '../errors.js';
+import type { Provider } from './types.js';
+import { anyMatches, decodeSignature, header, hmac, requireHeader } from './util.js';
+
+/**
+ * `X-Hub-Signature-256: sha256=<hex>` over the body. The delivery GUID is scoped by the
+ * hook id: one GUID reaches every hook of an event, and each is its own delivery.
+ */
+export const github: Provider = {
+  name: 'github',
+  // No automatic retries; a manual redelivery (kept 3 days in the UI) reuses the GUID.
+  retryHorizonHours: 72,
+  successStatus: 202,
+  needsSecret: true,
+
+  verify(d, source) {
+    const sig = requireHeader(d, 'X-Hub-Signature-256');
+    if (!sig.startsWith('sha256=')) throw verificationError('X-Hub-Signature-256 must start with sha256=');
+    const presented = [decodeSignature(sig.slice(7), 'hex')];
+    if (!anyMatches(presented, source.secrets, (s) => hmac('sha256', s, d.raw))) throw verificationError('signature does not match');
+  },
+
+  identify(d) {
+    const guid = header(d, 'X-GitHub-Delivery');
+    if (guid === undefined) throw payloadError('missing X-GitHub-Delivery header');
+    const hook = header(d, 'X-GitHub-Hook-ID');
+    return { deliveryId: hook === undefined ? guid : `${hook}:${guid}`, eventType: header(d, 'X-GitHub-Event') ?? 'unknown' };
+  },
+
+  sign(body, secret) {
+    return {
+      headers: {
+        'x-hub-signature-256': `sha256=${hmac('sha256', secret, body).toString('hex')}`,
+        'x-github-delivery': randomUUID(),
+        'x-github-event': 'push',
+        'x-github-hook-id': '1',
+      },
+    };
+  },
+
+  sample() {
+    const after = Buffer.from(randomUUID().replaceAll('-', ''), 'hex').toString('hex').padEnd(40, '0');
+    return Buffer.from(
+      JSON.stringify({
+        ref: 'refs/heads/main',
+        before: '0000000000000000000000000000000000000000',
+        after,
+        repository: { id: 1, full_name: 'shop/site' },
+        pusher: { name: 'receiver-send-test' },
+      }),
+    );
+  },
+};

@@ -1,0 +1,84 @@
+import { randomBytes } from 'node:crypto';
+import { resolveTemplate, parseBody, checkTemplate } from '../template.js';
+import { verificationError } from '../errors.js';
+import type { Delivery, Provider, ResolvedSource } from './types.js';
+import { anyMatches, bodyHashId, checkTolerance, decodeSignature, header, hmac, parseUnixSeconds, requireHeader } from './util.js';
+
+/** The bytes signed: the `signedPayload` template with `{timestamp}` and `{body}` (default: the body). */
+function signedBytes(template: string, timestamp: string | undefined, raw: Buffer): Buffer[] {
+  const parts: Buffer[] = [];
+  for (const piece of template.split(/(\{body\}|\{timestamp\})/)) {
+    if (piece === '{body}') parts.push(raw);
+    else if (piece === '{timestamp}') parts.push(Buffer.from(timestamp ?? ''));
+    else if (piece !== '') parts.push(Buffer.from(piece));
+  }
+  return parts;
+}
+
+function defaultPayload(source: Pick<ResolvedSource, 'options'>): string {
+  return source.options.signedPayload ?? (source.options.timestampHeader === undefined ? '{body}' : '{timestamp}.{body}');
+}
+
+/** Identification shared by the generic providers: `deliveryId` / `eventType` templates, else body hash. */
+export function identifyByTemplate(d: Delivery, source: ResolvedSource) {
+  const ctx = { body: parseBody(d.raw, d.headers['content-type']), headers: d.headers, source: source.name };
+  const id = source.options.deliveryId === undefined ? undefined : resolveTemplate(source.options.deliveryId, ctx);
+  const type = source.options.eventType === undefined ? undefined : resolveTemplate(source.options.eventType, ctx);
+  return { deliveryId: id ?? bodyHashId(d), eventType: type ?? 'unknown' };
+}
+
+export function validateTemplates(options: ResolvedSource['options']): string[] {
+  const problems: string[] = [];
+  for (const field of ['deliveryId', 'eventType'] as const) {
+    const t = options[field];
+    const p = t === undefined ? undefined : checkTemplate(t);
+    if (p !== undefined) problems.push(`${field}: ${p}`);
+  }
+  return problems;
+}
+
+/** Generic HMAC-SHA256: configurable header, prefix, encoding, optional timestamp header. */
+export const hmacSha256: Provider = {
+  name: 'hmac-sha256',
+  retryHorizonHours: 72,
+  successStatus: 202,
+  needsSecret: true,
+
+  validate(options) {
+    const problems = validateTemplates(options);
+    if (options.header === undefined) problems.push('header: the generic provider needs the signature header\'s name, e.g. "X-Signature"');
+    if (options.signedPayload !== undefined && !options.signedPayload.includes('{body}')) problems.push('signedPayload: must contain {body}');
+    return problems;
+  },
+
+  verify(d, source) {
+    const o = source.options;
+    let sig = requireHeader(d, o.header ?? '');
+    const prefix = o.prefix ?? '';
+    if (!sig.startsWith(prefix)) throw verificationError(`${o.header} must start with ${prefix}`);
+    sig = sig.slice(prefix.length);
+    let ts: string | undefined;
+    if (o.timestampHeader !== undefined) {
+      ts = header(d, o.timestampHeader);
+      checkTolerance(parseUnixSeconds(ts, o.timestampHeader), d, source);
+    }
+    const parts = signedBytes(defaultPayload(source), ts, d.raw);
+    const presented = [decodeSignature(sig, o.encoding ?? 'hex')];
+    if (!anyMatches(presented, source.secrets, (s) => hmac('sha256', s, ...parts))) throw verificationError('signature does not match');
+  },
+
+  identify: identifyByTemplate,
+
+  sign(body, secret, now, source) {
+    const o = source.options;
+    const ts = String(Math.floor(now / 1000));
+    const sig = hmac('sha256', secret, ...signedBytes(defaultPayload(source), ts, body)).toString(o.encoding ?? 'hex');
+    const headers: Record<string, string> = { [(o.header ?? 'x-signature').toLowerCase()]: `${o.prefix ?? ''}${sig}` };
+    if (o.timestampHeader !== undefined) headers[o.timestampHeader.toLowerCase()] = ts;
+    return { headers };
+  },
+
+  sample() {
+    return Buffer.from(JSON.stringify({ id: `test_${randomBytes(8).toString('hex')}`, type: 'test.event', data: { ok: true } }));
+  },
+};

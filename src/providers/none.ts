@@ -1,0 +1,17 @@
+import type { Provider } from './types.js';
+import { identifyByTemplate, hmacSha256, validateTemplates } from './hmac-sha256.js';
+
+/** No verification at all. For local testing only: `serve` warns on every start. */
+export const none: Provider = {
+  name: 'none',
+  retryHorizonHours: 72,
+  successStatus: 202,
+  needsSecret: false,
+  validate: validateTemplates,
+  verify() {},
+  identify: identifyByTemplate,
+  sign() {
+    return { headers: {} };
+  },
+  sample: hmacSha256.sample,
+};

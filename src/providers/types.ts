@@ -1,0 +1,78 @@
+import type { Secret } from '../config/secret.js';
+import type { SourceConfig } from '../config/schema.js';
+
+/**
+ * Glossary (providers)
+ * - delivery: one HTTP POST from a sender. Retries and redeliveries are new deliveries
+ *   of the same event and carry the same delivery id.
+ * - delivery id: what the sender keeps stable across retries and manual redelivery;
+ *   never the signature or the timestamp. Falls back to `sha256:<hex of raw body>`.
+ * - event type: the sender's name for what happened (`invoice.paid`, `push`).
+ */
+
+/** One incoming request, as a provider sees it. */
+export interface Delivery {
+  /** The exact bytes received. Verify over these, never over a re-serialisation. */
+  readonly raw: Buffer;
+  /** Lower-cased header names. */
+  readonly headers: Readonly<Record<string, string>>;
+  /** The URL as the receiver saw it (path and query on the request's Host). */
+  readonly url: string;
+  /** Milliseconds since the epoch, injected so tolerances are testable. */
+  readonly now: number;
+}
+
+/** A configured source with its secrets resolved. */
+export interface ResolvedSource {
+  readonly name: string;
+  readonly provider: Provider;
+  readonly options: SourceConfig;
+  /** Every configured secret; all are tried, for rotation. */
+  readonly secrets: readonly Secret[];
+  /** Secrets by key id, for senders that name theirs (MailWebhook's kid). */
+  readonly keys: ReadonlyMap<string, Secret>;
+  readonly successStatus: number;
+  readonly retryHorizonHours: number;
+}
+
+export interface Identity {
+  deliveryId: string;
+  eventType: string;
+  /** Further ids worth keeping beside the delivery id (Shopify's event id). */
+  extra?: Record<string, string>;
+}
+
+/** An answer a sender demands before it will deliver (Slack's url_verification). */
+export interface Handshake {
+  status: number;
+  contentType: string;
+  body: string;
+}
+
+export interface Provider {
+  readonly name: string;
+  /** How long the sender may keep retrying one delivery. Purge must not forget younger keys. */
+  readonly retryHorizonHours: number;
+  /** Success code the sender documents (200 for senders that count only 200). */
+  readonly successStatus: number;
+  /** Does this provider need a secret? Only `none` does not. */
+  readonly needsSecret: boolean;
+  /** Extra configuration checks; returns problems as `field: message` strings. */
+  validate?(options: SourceConfig): string[];
+  /** Throws a `verification` ReceiverError unless one secret verifies the raw bytes. */
+  verify(delivery: Delivery, source: ResolvedSource): void;
+  /** Throws a `payload` ReceiverError when the id must be present and is not. */
+  identify(delivery: Delivery, source: ResolvedSource): Identity;
+  /** Runs after verify; a non-undefined answer is sent instead of storing an event. */
+  handshake?(delivery: Delivery, source: ResolvedSource): Handshake | undefined;
+  /** Signs a body as the sender would: the headers to send (for send-test and tests). */
+  sign(body: Buffer, secret: string, now: number, source: ResolvedSource, url: string): SignedRequest;
+  /** A realistic sample delivery body for `receiver send-test`. */
+  sample(now: number): Buffer;
+}
+
+export interface SignedRequest {
+  headers: Record<string, string>;
+  /** Some senders put the signature in the body (Mailgun); then this replaces it. */
+  body?: Buffer;
+}

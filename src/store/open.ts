@@ -1,0 +1,21 @@
+import { SqliteStore } from './sqlite/index.js';
+import type { Store } from './types.js';
+
+export interface OpenStoreOptions {
+  busyTimeoutMs: number;
+  /** serve: keep SQLite's own blocking wait short and retry asynchronously. */
+  server?: boolean;
+}
+
+export function isPostgresUrl(database: string): boolean {
+  return /^postgres(ql)?:\/\//.test(database);
+}
+
+/** Opens the store the `database` setting names: a postgres:// URL or a SQLite file path. */
+export async function openStore(database: string, options: OpenStoreOptions): Promise<Store> {
+  if (isPostgresUrl(database)) {
+    const { PostgresStore } = await import('./postgres/index.js');
+    return PostgresStore.open(database, options);
+  }
+  return new SqliteStore(database, { busyTimeoutMs: options.busyTimeoutMs, ...(options.server === true ? { blockingBusyMs: 5 } : {}) });
+}

@@ -1,0 +1,51 @@
+import type { Statement } from 'better-sqlite3';
+import { acceptedAnswer, conflictAnswer, type IngestResult, type NewEvent } from '../types.js';
+import type { Db } from './open.js';
+
+interface ExistingRow {
+  id: number;
+  body_sha256: string;
+  response_status: number;
+  response_body: string;
+}
+
+/**
+ * Prepared statements for the ingest path. The dedupe decision is the database's:
+ * INSERT OR IGNORE on UNIQUE(source, delivery_id) and `changes`, never a read first.
+ */
+export function ingestStatements(db: Db) {
+  return {
+    insert: db.prepare(`INSERT OR IGNORE INTO events
+      (source, delivery_id, event_type, status, received_at, headers, body, body_sha256, extra_ids, response_status, next_attempt_at)
+      VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)`),
+    setAnswer: db.prepare(`UPDATE events SET response_body = ? WHERE id = ?`),
+    existing: db.prepare(`SELECT id, body_sha256, response_status, response_body FROM events WHERE source = ? AND delivery_id = ?`),
+    countDuplicate: db.prepare(`UPDATE events SET duplicates = duplicates + 1 WHERE id = ?`),
+    recordConflict: db.prepare(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+  };
+}
+
+export type IngestStatements = ReturnType<typeof ingestStatements>;
+
+/** Stores one event inside the caller's transaction. Items of one batch are decided in order. */
+export function ingestOne(s: IngestStatements, e: NewEvent): IngestResult {
+  const headers = JSON.stringify(e.headers);
+  const extra = e.extraIds === undefined ? null : JSON.stringify(e.extraIds);
+  const run = (s.insert as Statement).run(e.source, e.deliveryId, e.eventType, e.receivedAt, headers, e.body, e.bodySha256, extra, e.successStatus, e.receivedAt);
+  if (run.changes === 1) {
+    const id = Number(run.lastInsertRowid);
+    const body = acceptedAnswer(id);
+    s.setAnswer.run(body, id);
+    return { outcome: 'accepted', eventId: id, status: e.successStatus, body };
+  }
+  // Ignored: the row exists (read after the write, inside the same transaction).
+  const row = s.existing.get(e.source, e.deliveryId) as ExistingRow | undefined;
+  if (row === undefined) throw new Error(`insert of ${e.source}/${e.deliveryId} was ignored but no row exists`);
+  if (row.body_sha256 === e.bodySha256) {
+    s.countDuplicate.run(row.id);
+    return { outcome: 'duplicate', eventId: row.id, status: row.response_status, body: row.response_body };
+  }
+  s.recordConflict.run(row.id, e.source, e.deliveryId, e.receivedAt, e.bodySha256, headers, e.body);
+  if (e.onConflict === 'accept') return { outcome: 'conflict', eventId: row.id, status: row.response_status, body: row.response_body };
+  return { outcome: 'conflict', eventId: row.id, status: 409, body: conflictAnswer(row.id, e.deliveryId) };
+}

@@ -1,0 +1,88 @@
+/**
+ * Versioned SQLite migrations. `PRAGMA user_version` holds the version a file is at.
+ * Never edit a released migration: add the next one. `schema.sql` at the top of the
+ * repository is exactly what these produce (test/store/schema.test.ts compares them).
+ */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+export const migrations: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'initial',
+    sql: `
+CREATE TABLE events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  source TEXT NOT NULL,
+  delivery_id TEXT NOT NULL,
+  event_type TEXT NOT NULL,
+  status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'processing', 'done', 'dead')),
+  received_at INTEGER NOT NULL,
+  headers TEXT,
+  body BLOB,
+  body_sha256 TEXT NOT NULL,
+  extra_ids TEXT,
+  response_status INTEGER NOT NULL,
+  response_body TEXT,
+  duplicates INTEGER NOT NULL DEFAULT 0,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  next_attempt_at INTEGER NOT NULL,
+  lease_owner TEXT,
+  lease_expires_at INTEGER,
+  last_error TEXT,
+  finished_at INTEGER,
+  force_effects INTEGER NOT NULL DEFAULT 0,
+  UNIQUE (source, delivery_id)
+);
+CREATE INDEX events_due ON events (next_attempt_at, id) WHERE status = 'pending';
+CREATE INDEX events_leased ON events (lease_expires_at) WHERE status = 'processing';
+CREATE INDEX events_finished ON events (received_at) WHERE status = 'done';
+CREATE INDEX events_dead ON events (id) WHERE status = 'dead';
+CREATE TABLE conflicts (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  event_id INTEGER NOT NULL,
+  source TEXT NOT NULL,
+  delivery_id TEXT NOT NULL,
+  received_at INTEGER NOT NULL,
+  body_sha256 TEXT NOT NULL,
+  headers TEXT,
+  body BLOB
+);
+CREATE INDEX conflicts_event ON conflicts (event_id);
+CREATE TABLE effects (
+  effect_key TEXT PRIMARY KEY,
+  route TEXT NOT NULL,
+  business_key TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed')),
+  event_id INTEGER,
+  version TEXT,
+  runs INTEGER NOT NULL DEFAULT 0,
+  run_token TEXT,
+  started_at INTEGER,
+  finished_at INTEGER,
+  last_error TEXT,
+  forced_runs INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE attempts (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  event_id INTEGER NOT NULL,
+  attempt INTEGER NOT NULL,
+  route TEXT NOT NULL,
+  effect_key TEXT,
+  started_at INTEGER NOT NULL,
+  finished_at INTEGER,
+  outcome TEXT NOT NULL,
+  error TEXT,
+  output TEXT,
+  forced INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX attempts_event ON attempts (event_id);
+CREATE INDEX attempts_effect ON attempts (effect_key);
+`,
+  },
+];
+
+export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

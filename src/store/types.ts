@@ -1,0 +1,67 @@
+import type { DrainStore } from './drain-types.js';
+import type { OpsStore } from './ops-types.js';
+
+/**
+ * Glossary (store)
+ * - event: one stored delivery, unique by (source, delivery id). Its id is the
+ *   receiver's own number, given in the 202 answer and used by `replay`.
+ * - duplicate: a later delivery with the same (source, delivery id) and the same body
+ *   hash. It gets the first delivery's stored answer, byte for byte; nothing new is stored.
+ * - conflict: the same (source, delivery id) with a different body. Recorded in
+ *   `conflicts`, answered 409 (or the stored answer with `"onConflict": "accept"`).
+ * - status: pending (waiting for the drain, maybe until next_attempt_at), processing
+ *   (claimed under a lease), done, dead (past maxAttempts; replay brings it back).
+ * - lease: a claim on one event by one drain (`lease_owner`) until `lease_expires_at`.
+ *   Completion and failure apply only while the caller still holds it.
+ * - effect: what one route does for one event; effect key = `<route>:<business key>`.
+ * - effect ledger: the `effects` table, one row per effect key. A key that is done is
+ *   never run again by the drain, whichever event brings it (unless forced by replay).
+ * - attempt: one try of one effect for one event (`attempts`), with outcome and output.
+ * Times are milliseconds since the epoch, always passed in, so tests move time in SQL.
+ */
+
+/** A verified delivery, ready to be stored. */
+export interface NewEvent {
+  source: string;
+  deliveryId: string;
+  eventType: string;
+  /** Lower-cased names; signature and token headers already redacted. */
+  headers: Record<string, string>;
+  body: Buffer;
+  bodySha256: string;
+  extraIds?: Record<string, string> | undefined;
+  receivedAt: number;
+  /** The status a first delivery is answered with (202, or 200 for some senders). */
+  successStatus: number;
+  onConflict: 'reject' | 'accept';
+}
+
+/** The answer for one delivery, decided by the database's unique constraint. */
+export interface IngestResult {
+  outcome: 'accepted' | 'duplicate' | 'conflict';
+  eventId: number;
+  status: number;
+  /** JSON text sent to the sender; for duplicates, the first delivery's answer verbatim. */
+  body: string;
+}
+
+export interface IngestStore {
+  /**
+   * Stores a delivery, or recognises it as a duplicate or conflict. Resolves only after
+   * the transaction holding the row has committed durably. Rejects with an `unavailable`
+   * ReceiverError (503) when the database is busy past its timeout, full or closed.
+   */
+  ingest(event: NewEvent): Promise<IngestResult>;
+}
+
+export interface Store extends IngestStore, DrainStore, OpsStore {
+  readonly backend: 'sqlite' | 'postgres';
+  /** Resolves when the database answers a trivial query (GET /healthz). */
+  ping(): Promise<void>;
+  /** Finishes in-flight inserts, then closes. */
+  close(): Promise<void>;
+}
+
+export const acceptedAnswer = (eventId: number) => JSON.stringify({ status: 'accepted', id: eventId });
+export const conflictAnswer = (eventId: number, deliveryId: string) =>
+  JSON.stringify({ error: 'conflict', message: `delivery id ${deliveryId} was already received with a different body`, id: eventId });

@@ -1,0 +1,132 @@
+import { serve, type ServerType } from '@hono/node-server';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { resolveConfig, type Config } from '../src/config/load.js';
+import { createApp, type AppOptions } from '../src/http/app.js';
+import { SqliteStore } from '../src/store/sqlite/index.js';
+
+export const REPO = new URL('..', import.meta.url).pathname;
+export const BIN = join(REPO, 'bin/receiver.js');
+
+/** A fresh temp directory, removed by the returned cleanup. */
+export function tempDir(prefix = 'receiver-test-'): { dir: string; cleanup: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** A resolved config from a plain object (no file on disk), database in `dir`. */
+export function makeConfig(json: Record<string, unknown>, dir: string, env: NodeJS.ProcessEnv = {}): Config {
+  return resolveConfig({ database: join(dir, 'receiver.db'), ...json }, join(dir, 'receiver.config.json'), {}, env);
+}
+
+export function writeConfig(dir: string, json: Record<string, unknown>): string {
+  const file = join(dir, 'receiver.config.json');
+  writeFileSync(file, JSON.stringify({ database: join(dir, 'receiver.db'), ...json }, null, 2));
+  return file;
+}
+
+export interface RunningApp {
+  url: string;
+  store: SqliteStore;
+  config: Config;
+  close: () => Promise<void>;
+}
+
+/** The real app on a real HTTP server on port 0, on a real SQLite file. */
+export async function startApp(config: Config, extra: Partial<AppOptions> = {}): Promise<RunningApp> {
+  const store = new SqliteStore(config.database, { busyTimeoutMs: config.busyTimeoutMs, blockingBusyMs: 5 });
+  const app = createApp({ sources: config.sources, store, maxBodyBytes: config.maxBodyBytes, ...extra });
+  const server: ServerType = await new Promise((resolve) => {
+    const s = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => resolve(s));
+  });
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    store,
+    config,
+    close: async () => {
+      await new Promise<void>((r) => {
+        server.close(() => r());
+        (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
+      });
+      await store.close();
+    },
+  };
+}
+
+export async function post(url: string, body: Buffer | string, headers: Record<string, string> = {}): Promise<{ status: number; text: string; headers: Headers }> {
+  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : new Uint8Array(body) });
+  return { status: res.status, text: await res.text(), headers: res.headers };
+}
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs bin/receiver.js as a subprocess (tests the CLI by exit code and output). */
+export function runCli(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string; timeoutMs?: number } = {}): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, ...args], { cwd: options.cwd ?? REPO, env: { ...process.env, ...options.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 20_000);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+export interface ServeProcess {
+  child: ChildProcess;
+  url: string;
+  port: number;
+  /** Everything written so far. */
+  output: () => { stdout: string; stderr: string };
+  stop: (signal?: NodeJS.Signals) => Promise<number | null>;
+}
+
+/** Starts `receiver serve` as a real child process on port 0 and waits for its "listening" log line. */
+export function startServe(configFile: string, options: { env?: NodeJS.ProcessEnv; args?: string[]; cwd?: string } = {}): Promise<ServeProcess> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, 'serve', '-c', configFile, '--port', '0', ...(options.args ?? [])], {
+      cwd: options.cwd ?? REPO,
+      env: { ...process.env, ...options.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    let started = false;
+    const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+    child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr!.on('data', (d: Buffer) => {
+      stderr += d.toString();
+      const m = /"port":(\d+)[^\n]*"msg":"listening"/.exec(stderr);
+      if (!started && m !== null) {
+        started = true;
+        const port = Number(m[1]);
+        resolve({
+          child,
+          port,
+          url: `http://127.0.0.1:${port}`,
+          output: () => ({ stdout, stderr }),
+          stop: async (signal = 'SIGTERM') => {
+            if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+            return exited;
+          },
+        });
+      }
+    });
+    void exited.then((code) => {
+      if (!started) reject(new Error(`serve exited with ${code} before listening:\n${stderr}`));
+    });
+  });
+}

@@ -107,10 +107,12 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
       continue;
     }
     for (const p of provider.validate?.(options) ?? []) problems.push(`${field}.${p}`);
+    // The literal secret references stay behind: only Secret objects (which never print) go on.
+    const { secret: _secret, secrets: _secrets, keys: _keys, ...rest } = options;
     sources.set(name, {
       name,
       provider,
-      options,
+      options: rest,
       secrets: secrets.length > 0 ? secrets : [...keys.values()],
       keys,
       successStatus: options.successStatus ?? provider.successStatus,

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { resolveTemplate, parseBody, checkTemplate } from '../template.js';
-import { verificationError } from '../errors.js';
+import { payloadError, verificationError } from '../errors.js';
 import type { Delivery, Provider, ResolvedSource } from './types.js';
 import { anyMatches, bodyHashId, checkTolerance, decodeSignature, header, hmac, parseUnixSeconds, requireHeader } from './util.js';
 
@@ -22,9 +22,13 @@ function defaultPayload(source: Pick<ResolvedSource, 'options'>): string {
 /** Identification shared by the generic providers: `deliveryId` / `eventType` templates, else body hash. */
 export function identifyByTemplate(d: Delivery, source: ResolvedSource) {
   const ctx = { body: parseBody(d.raw, d.headers['content-type']), headers: d.headers, source: source.name };
-  const id = source.options.deliveryId === undefined ? undefined : resolveTemplate(source.options.deliveryId, ctx);
+  const template = source.options.deliveryId;
+  // A configured id template says where the id lives: absent there is a 400, not a silent
+  // fallback to the body hash (a body that changes between retries would then duplicate).
+  const id = template === undefined ? bodyHashId(d) : resolveTemplate(template, ctx);
+  if (id === undefined) throw payloadError(`delivery id template ${template} resolved to nothing for this body`);
   const type = source.options.eventType === undefined ? undefined : resolveTemplate(source.options.eventType, ctx);
-  return { deliveryId: id ?? bodyHashId(d), eventType: type ?? 'unknown' };
+  return { deliveryId: id, eventType: type ?? 'unknown' };
 }
 
 export function validateTemplates(options: ResolvedSource['options']): string[] {

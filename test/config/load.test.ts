@@ -1,0 +1,89 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { loadConfig, resolveConfig } from '../../src/config/load.js';
+import { ReceiverError } from '../../src/errors.js';
+import { runCli, tempDir } from '../helpers.js';
+
+const tmp = tempDir();
+afterAll(tmp.cleanup);
+
+function configErrorOf(fn: () => unknown): ReceiverError {
+  try {
+    fn();
+  } catch (e) {
+    expect(e).toBeInstanceOf(ReceiverError);
+    expect((e as ReceiverError).kind).toBe('config');
+    return e as ReceiverError;
+  }
+  throw new Error('expected a config error');
+}
+
+const base = (sources: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({ database: join(tmp.dir, 'x.db'), sources, ...extra });
+
+describe('configuration', () => {
+  it('resolves secrets from a literal, env:NAME and file:PATH (trailing newline dropped), several for rotation', () => {
+    const file = join(tmp.dir, 'gh.secret');
+    writeFileSync(file, 'from-file\n');
+    const c = resolveConfig(base({ gh: { provider: 'github', secrets: ['literal', 'env:GH_SECRET', `file:${file}`] } }), 'c.json', {}, { GH_SECRET: 'from-env' });
+    expect(c.sources.get('gh')?.secrets.map((s) => s.reveal())).toEqual(['literal', 'from-env', 'from-file']);
+  });
+
+  it('a secret never prints: String, JSON and inspect show [secret]', () => {
+    const c = resolveConfig(base({ s: { provider: 'stripe', secret: 'whsec_do_not_print' } }), 'c.json', {}, {});
+    const text = `${String(c.sources.get('s')?.secrets[0])} ${JSON.stringify(c.sources.get('s'))}`;
+    expect(text).not.toContain('whsec_do_not_print');
+  });
+
+  it.each([
+    ['missing env secret', base({ stripe: { provider: 'stripe', secret: 'env:NOT_SET_ANYWHERE' } }), /sources\.stripe\.secret: environment variable NOT_SET_ANYWHERE is not set/],
+    ['unknown provider', base({ x: { provider: 'strype', secret: 'a' } }), /sources\.x\.provider: unknown provider "strype"/],
+    ['unknown field', base({ x: { provider: 'stripe', secrests: ['a'] } }), /sources\.x\.secrests: unknown field/],
+    ['no secret for a verifying provider', base({ gh: { provider: 'github' } }), /sources\.gh\.secret: provider "github" needs a secret/],
+    ['generic provider without header', base({ g: { provider: 'hmac-sha256', secret: 'a' } }), /sources\.g\.header:/],
+    ['route to an unknown source', base({}, { routes: [{ name: 'r', source: 'nope', key: '{body.id}', effect: { exec: ['true'] } }] }), /routes\.0\.source: no source named "nope"/],
+    ['route with two effects', base({}, { routes: [{ name: 'r', source: '*', key: '{body.id}', effect: { exec: ['true'], module: './m.js' } }] }), /routes\.0\.effect: set exactly one/],
+    ['key template without placeholder', base({}, { routes: [{ name: 'r', source: '*', key: 'constant', effect: { exec: ['true'] } }] }), /routes\.0\.key: "constant" has no \{placeholder\}/],
+    ['wrong type', { port: 'eighty' }, /port: /],
+  ])('%s is a config error naming the field', (_, json, message) => {
+    expect(configErrorOf(() => resolveConfig(json, 'c.json', {}, {})).message).toMatch(message);
+  });
+
+  it('malformed JSON names the file; a missing file says how to create one', () => {
+    const bad = join(tmp.dir, 'bad.json');
+    writeFileSync(bad, '{"sources": {},}');
+    expect(configErrorOf(() => loadConfig({ config: bad }, {})).message).toMatch(/bad\.json is not valid JSON/);
+    const missing = configErrorOf(() => loadConfig({ config: join(tmp.dir, 'none.json') }, {}));
+    expect(missing.message).toMatch(/cannot read configuration file .*none\.json \(ENOENT\)/);
+    expect(missing.hint).toMatch(/cp contrib\/receiver\.example\.json/);
+  });
+
+  it('defaults < file < environment < flags', () => {
+    const file = join(tmp.dir, 'layer.json');
+    writeFileSync(file, JSON.stringify({ port: 9000, host: '127.0.0.2', database: join(tmp.dir, 'file.db') }));
+    expect(loadConfig({ config: file }, {}).port).toBe(9000);
+    expect(loadConfig({ config: file }, {}).maxBodyBytes).toBe(1_048_576);
+    expect(loadConfig({ config: file }, { RECEIVER_PORT: '9100' }).port).toBe(9100);
+    expect(loadConfig({ config: file, port: 9200 }, { RECEIVER_PORT: '9100' }).port).toBe(9200);
+    expect(loadConfig({ config: file, db: join(tmp.dir, 'flag.db') }, { RECEIVER_DB: join(tmp.dir, 'env.db') }).database).toBe(join(tmp.dir, 'flag.db'));
+    expect(loadConfig({ config: file }, { RECEIVER_DB: join(tmp.dir, 'env.db') }).database).toBe(join(tmp.dir, 'env.db'));
+    expect(loadConfig({}, { RECEIVER_CONFIG: file }).host).toBe('127.0.0.2');
+  });
+});
+
+describe('serve with a bad configuration', () => {
+  it('exits 2 with Error/Try lines naming the field, and never starts an accept-all server', async () => {
+    const file = join(tmp.dir, 'serve-bad.json');
+    writeFileSync(file, JSON.stringify(base({ stripe: { provider: 'stripe', secret: 'env:RECEIVER_TEST_UNSET' } })));
+    const r = await runCli(['serve', '-c', file, '--port', '0'], { env: { RECEIVER_TEST_UNSET: '' } });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^Error: .*invalid configuration\nsources\.stripe\.secret: environment variable RECEIVER_TEST_UNSET is not set/m);
+    expect(r.stderr).toMatch(/^Try: /m);
+  });
+
+  it('exits 2 on an unknown flag', async () => {
+    const r = await runCli(['serve', '--prot', '8080']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/unknown option '--prot'/);
+  });
+});

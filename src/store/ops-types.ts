@@ -1,3 +1,228 @@
-/** Operator operations on the store (purge, replay, events, stats). */
-// eslint-disable-next-line @typescript-eslint/no-empty-object-type
-export interface OpsStore {}
+/**
+ * Operator operations on the store: purge, replay, events list/show, stats.
+ *
+ * Backend-neutral: every method is async, every time is milliseconds since the epoch
+ * and is passed in (`now`, `receivedBefore`), so tests move time in SQL and the CLI
+ * owns the clock. Each method is one short transaction (or one read); the CLI loops
+ * the batch methods with a pause between calls, so a running server's ingest gets the
+ * write lock between batches. Row shapes are camelCase; each backend converts from
+ * its snake_case columns in one place.
+ *
+ * Vocabulary: see the glossary in ./types.ts. "Finished" here means status `done`:
+ * `dead` events wait for a replay and keep everything; `pending` and `processing`
+ * events are live. The effect ledger (`effects`) is never deleted by these methods.
+ */
+
+export type EventStatus = 'pending' | 'processing' | 'done' | 'dead';
+
+export const EVENT_STATUSES: readonly EventStatus[] = ['pending', 'processing', 'done', 'dead'];
+
+/** What one purge batch removed (all in one transaction). */
+export interface PurgeBatchResult {
+  /** `done` events deleted (0: nothing older is left; stop looping). */
+  events: number;
+  /** Their `attempts` rows, deleted with them. */
+  attempts: number;
+  /** Their `conflicts` rows, deleted with them. */
+  conflicts: number;
+}
+
+/** What one tiered-retention batch changed (all in one transaction). */
+export interface DropBodiesBatchResult {
+  /** `done` events whose body and headers were set to NULL (0: none left; stop looping). */
+  events: number;
+  /** Conflict rows of those events whose body and headers were set to NULL. */
+  conflicts: number;
+}
+
+/** Why one event could not be replayed. */
+export interface ReplayRefusal {
+  eventId: number;
+  /**
+   * not_found: no such event (never received, or purged). processing: its lease is still
+   * valid. body_dropped: tiered retention removed its body, so its effects cannot run again.
+   */
+  reason: 'not_found' | 'processing' | 'body_dropped';
+  /** For `processing`: who holds the lease, and until when (ms). */
+  leaseOwner?: string | null;
+  leaseExpiresAt?: number | null;
+}
+
+/** One event put back to `pending`. */
+export interface ReplayedEvent {
+  eventId: number;
+  source: string;
+  deliveryId: string;
+  /** The status it had before the replay. */
+  previousStatus: EventStatus;
+  /** True when the drain will re-run effects whose key is already done. */
+  force: boolean;
+}
+
+/**
+ * Outcome of a replay. All or nothing: when `refused` is not empty, no event was
+ * changed (`replayed` is then empty), so the operator can fix the list and rerun.
+ */
+export interface ReplayResult {
+  replayed: ReplayedEvent[];
+  refused: ReplayRefusal[];
+}
+
+export interface ReplayOptions {
+  /** Sets `force_effects`: the drain re-runs effects whose key is already done, and records those attempts as forced. */
+  force: boolean;
+  /** Becomes `next_attempt_at`, so the drain takes the event on its next poll. */
+  now: number;
+}
+
+export interface ListEventsQuery {
+  status?: EventStatus | undefined;
+  source?: string | undefined;
+  /** At most this many, newest first. */
+  limit: number;
+}
+
+/** One row of `events list`. */
+export interface EventSummary {
+  id: number;
+  source: string;
+  deliveryId: string;
+  eventType: string;
+  status: EventStatus;
+  /** The retry counter: attempts since arrival or since the last replay. */
+  attempts: number;
+  receivedAt: number;
+  nextAttemptAt: number;
+  finishedAt: number | null;
+  lastError: string | null;
+  /** Later deliveries of the same id and body (answered from the stored answer). */
+  duplicates: number;
+  forceEffects: boolean;
+}
+
+export interface AttemptRow {
+  id: number;
+  attempt: number;
+  route: string;
+  effectKey: string | null;
+  startedAt: number;
+  finishedAt: number | null;
+  outcome: string;
+  error: string | null;
+  output: string | null;
+  forced: boolean;
+}
+
+/** A row of the effect ledger. */
+export interface EffectRow {
+  effectKey: string;
+  route: string;
+  businessKey: string;
+  status: 'running' | 'done' | 'failed';
+  /** The event that last ran it. */
+  eventId: number | null;
+  version: string | null;
+  runs: number;
+  forcedRuns: number;
+  startedAt: number | null;
+  finishedAt: number | null;
+  lastError: string | null;
+}
+
+export interface ConflictRow {
+  id: number;
+  receivedAt: number;
+  bodySha256: string;
+}
+
+/** One event with everything `events show` prints. */
+export interface EventDetail extends EventSummary {
+  /** Stored request headers (signature headers already redacted); null after tiered retention dropped them. */
+  headers: Record<string, string> | null;
+  /** The raw body; null after tiered retention dropped it. */
+  body: Buffer | null;
+  bodySha256: string;
+  extraIds: Record<string, string> | null;
+  responseStatus: number;
+  leaseOwner: string | null;
+  leaseExpiresAt: number | null;
+  /** Oldest first. Rows from before a replay are kept. */
+  attemptRows: AttemptRow[];
+  /** Ledger rows for the effect keys this event's attempts touched, or that it last ran. */
+  effects: EffectRow[];
+  conflicts: ConflictRow[];
+}
+
+export interface SourceKeyAge {
+  source: string;
+  /** received_at of the oldest event still stored for this source (its oldest dedupe key). */
+  oldestReceivedAt: number;
+  events: number;
+}
+
+export interface StoreStats {
+  /** Every status is present, 0 when none. */
+  byStatus: Record<EventStatus, number>;
+  /** Sum of events.duplicates. */
+  duplicates: number;
+  /** Rows in `conflicts`. */
+  conflicts: number;
+  /** One entry per source that has events. */
+  sources: SourceKeyAge[];
+  /** `processing` events whose lease expired before `now` (a crashed or stalled drain). */
+  stuckClaims: number;
+  /** Oldest expired lease among them (ms), or null. */
+  oldestStuckLeaseExpiresAt: number | null;
+  /** Ledger rows by status. */
+  effectsByStatus: Record<'running' | 'done' | 'failed', number>;
+}
+
+export interface OpsStore {
+  /** How many `done` events have received_at < receivedBefore (purge --dry-run). */
+  countPurgeable(receivedBefore: number): Promise<number>;
+
+  /**
+   * Deletes up to `limit` `done` events with received_at < receivedBefore, oldest first,
+   * with their attempts and conflicts, in one short write transaction. Never touches
+   * pending, processing or dead events, nor the effect ledger. A purged delivery id is
+   * forgotten: a redelivery of it is accepted as a new event (its effects stay skipped
+   * by the ledger).
+   */
+  purgeBatch(receivedBefore: number, limit: number): Promise<PurgeBatchResult>;
+
+  /** How many `done` events with received_at < receivedBefore still have a body or headers. */
+  countBodiesDroppable(receivedBefore: number): Promise<number>;
+
+  /**
+   * Tiered retention: sets body and headers to NULL on up to `limit` `done` events with
+   * received_at < receivedBefore (and on their conflicts), in one short write transaction.
+   * Rows, delivery ids, body hashes and stored answers stay, so dedupe still works.
+   */
+  dropBodiesBatch(receivedBefore: number, limit: number): Promise<DropBodiesBatchResult>;
+
+  /** The event id for (source, delivery id), or undefined. */
+  findEventId(source: string, deliveryId: string): Promise<number | undefined>;
+
+  /**
+   * Puts the given events back to `pending` with next_attempt_at = now, the retry
+   * counter reset to 0 (attempt history rows kept), lease cleared, last_error kept until
+   * the next attempt, and force_effects set when `force` (never cleared by a plain replay;
+   * the drain clears it when it finishes the event). An unknown id, an event whose lease
+   * is still valid at `now`, or one whose body was dropped, is refused, and then nothing
+   * changes (all or nothing).
+   * An event whose lease expired may be replayed: the old holder can no longer complete it.
+   */
+  replayEvents(eventIds: readonly number[], options: ReplayOptions): Promise<ReplayResult>;
+
+  /** replayEvents for every `dead` event, in one transaction. Refuses only dead events whose body was dropped (never, today: only `done` bodies are dropped). */
+  replayDead(options: ReplayOptions): Promise<ReplayResult>;
+
+  /** Newest first (by id). */
+  listEvents(query: ListEventsQuery): Promise<EventSummary[]>;
+
+  /** One event with headers, body, attempts, effects and conflicts; undefined if unknown. */
+  getEvent(eventId: number): Promise<EventDetail | undefined>;
+
+  /** Counts for `stats`; `now` decides which claims are stuck. */
+  stats(now: number): Promise<StoreStats>;
+}

@@ -154,7 +154,8 @@ export interface DrainStore {
    * Runs a transactional (module) effect: one transaction that checks the lease, decides
    * with the ledger, awaits `handler(db)`, then marks the key done and records the attempt.
    * If the handler throws, everything it wrote rolls back and a failed attempt is recorded.
-   * `now` is read when the transaction starts and again when it ends.
+   * `now` is read when the transaction starts (the lease is renewed to `now() + leaseMs`)
+   * and again when it ends.
    */
   runTransactionalEffect(
     lease: Lease,
@@ -162,6 +163,7 @@ export interface DrainStore {
     start: EffectStart,
     handler: (db: EffectDb) => Promise<void>,
     now: () => number,
+    leaseMs: number,
   ): Promise<TransactionalOutcome>;
 
   /** Records an attempt that ran no effect (a key template that resolved to nothing). */

@@ -77,4 +77,6 @@ CREATE INDEX events_due ON events (next_attempt_at, id) WHERE status = 'pending'
 
 CREATE INDEX events_finished ON events (received_at) WHERE status = 'done';
 
+CREATE INDEX events_finished_bodies ON events (received_at) WHERE status = 'done' AND body IS NOT NULL;
+
 CREATE INDEX events_leased ON events (lease_expires_at) WHERE status = 'processing';

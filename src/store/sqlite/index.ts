@@ -3,6 +3,8 @@ import { GroupCommit } from '../group-commit.js';
 import type { IngestResult, NewEvent, Store } from '../types.js';
 import { isBusy, sqliteError } from './errors.js';
 import { ingestOne, ingestStatements } from './ingest.js';
+import * as ops from './ops.js';
+import type { ListEventsQuery, ReplayOptions } from '../ops-types.js';
 import { openSqlite, type Db } from './open.js';
 
 export interface SqliteStoreOptions {
@@ -65,6 +67,38 @@ export class SqliteStore implements Store {
     } catch (e) {
       throw sqliteError(e, 'ping');
     }
+  }
+
+  // OpsStore (purge, replay, events, stats): see ./ops.ts.
+  countPurgeable(receivedBefore: number) {
+    return ops.countPurgeable(this.db, receivedBefore);
+  }
+  purgeBatch(receivedBefore: number, limit: number) {
+    return ops.purgeBatch(this.db, receivedBefore, limit);
+  }
+  countBodiesDroppable(receivedBefore: number) {
+    return ops.countBodiesDroppable(this.db, receivedBefore);
+  }
+  dropBodiesBatch(receivedBefore: number, limit: number) {
+    return ops.dropBodiesBatch(this.db, receivedBefore, limit);
+  }
+  findEventId(source: string, deliveryId: string) {
+    return ops.findEventId(this.db, source, deliveryId);
+  }
+  replayEvents(eventIds: readonly number[], options: ReplayOptions) {
+    return ops.replayEvents(this.db, eventIds, options);
+  }
+  replayDead(options: ReplayOptions) {
+    return ops.replayDead(this.db, options);
+  }
+  listEvents(query: ListEventsQuery) {
+    return ops.listEvents(this.db, query);
+  }
+  getEvent(eventId: number) {
+    return ops.getEvent(this.db, eventId);
+  }
+  stats(now: number) {
+    return ops.stats(this.db, now);
   }
 
   async close(): Promise<void> {

@@ -40,6 +40,8 @@ CREATE TABLE events (
 CREATE INDEX events_due ON events (next_attempt_at, id) WHERE status = 'pending';
 CREATE INDEX events_leased ON events (lease_expires_at) WHERE status = 'processing';
 CREATE INDEX events_finished ON events (received_at) WHERE status = 'done';
+-- Tiered retention (purge --bodies-days) finds finished events that still carry a body.
+CREATE INDEX events_finished_bodies ON events (received_at) WHERE status = 'done' AND body IS NOT NULL;
 CREATE INDEX events_dead ON events (id) WHERE status = 'dead';
 CREATE TABLE conflicts (
   id INTEGER PRIMARY KEY AUTOINCREMENT,

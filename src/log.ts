@@ -2,19 +2,58 @@ import { pino, type Logger } from 'pino';
 
 export type { Logger };
 
+/** Header names whose values are secrets or signatures (lower-cased, as Node gives them). */
+const SECRET_HEADERS = [
+  'authorization',
+  'cookie',
+  'proxy-authorization',
+  'stripe-signature',
+  'x-hub-signature',
+  'x-hub-signature-256',
+  'webhook-signature',
+  'svix-signature',
+  'x-gitlab-token',
+  'asaas-access-token',
+  'x-shopify-hmac-sha256',
+  'x-slack-signature',
+  'paddle-signature',
+  'x-signature',
+  'x-twilio-signature',
+  'x-mailwebhook-signature',
+];
+
 /**
- * Structured JSON logs on stderr (stdout is kept for command output and --json).
- * Secrets never reach here as values: the Secret class prints as "[secret]", and
- * signature headers are redacted before an event is stored or logged.
+ * Paths pino censors, a second line of defence: our log lines carry ids, outcomes and
+ * durations, never headers or bodies, and Secret values print as "[secret]" anyway.
+ */
+export const REDACT_PATHS = [
+  ...['headers', 'req.headers', 'request.headers', '*.headers'].flatMap((base) => SECRET_HEADERS.map((h) => `${base}["${h}"]`)),
+  'secret',
+  'secrets',
+  'token',
+  'keys',
+  '*.secret',
+  '*.secrets',
+  '*.token',
+  '*.keys',
+];
+
+/**
+ * Structured JSON logs on stderr (stdout is kept for command output and --json): one
+ * object per line, `level` as a word ("info", "warn", ...), `time` in ISO 8601.
+ * The level comes from --log-level, $RECEIVER_LOG_LEVEL or the config's log.level.
  */
 export function createLogger(level: string, destination: number = 2): Logger {
   return pino(
     {
       level,
       base: { pid: process.pid },
-      redact: { paths: ['headers.authorization', 'headers["stripe-signature"]', 'secret', 'secrets', 'token'], censor: '[redacted]' },
+      redact: { paths: REDACT_PATHS, censor: '[redacted]' },
       timestamp: pino.stdTimeFunctions.isoTime,
+      // Words, not pino's numbers: `jq 'select(.level == "error")'` reads as it means.
+      formatters: { level: (label) => ({ level: label }) },
     },
+    // Synchronous writes: a line logged just before process.exit() is not lost.
     pino.destination({ fd: destination, sync: true }),
   );
 }

@@ -26,11 +26,21 @@ export function describeConfig(config: Config) {
       key: r.key,
       ...(r.version === undefined ? {} : { version: r.version }),
       ...(r.filter === undefined ? {} : { filter: r.filter }),
-      effect: r.effect.exec !== undefined ? { exec: r.effect.exec } : r.effect.http !== undefined ? { http: r.effect.http.url } : { module: r.effect.module },
+      // An http effect's headers may carry a credential: only their names are shown.
+      effect:
+        r.effect.exec !== undefined
+          ? { exec: r.effect.exec }
+          : r.effect.http !== undefined
+            ? { http: redactUrl(r.effect.http.url), ...(r.effect.http.headers === undefined ? {} : { headers: Object.keys(r.effect.http.headers) }) }
+            : { module: r.effect.module },
       timeoutSeconds: r.effect.timeoutSeconds,
     })),
     retry: config.retry,
     drain: config.drain,
+    log: config.log,
+    metrics: { enabled: config.metrics.enabled, token: config.metrics.token !== undefined },
+    shutdownGraceSeconds: config.shutdownGraceSeconds,
+    requestTimeoutSeconds: config.requestTimeoutSeconds,
   };
 }
 
@@ -43,6 +53,7 @@ export function registerCheckConfig(program: Command): void {
       if (options.json === true) return printJson(description);
       const out: string[] = [`configuration ${description.file} is valid`, `database: ${description.database}`, `listen: ${description.listen}`, 'sources:'];
       for (const s of description.sources) out.push(`  ${s.name}: ${s.provider}, ${s.secrets} secret(s)${s.keyIds.length > 0 ? `, key ids ${s.keyIds.join(', ')}` : ''}, answers ${s.successStatus}, retry horizon ${s.retryHorizonHours} h`);
+      out.push(`metrics: ${description.metrics.enabled ? `GET /metrics${description.metrics.token ? ' (bearer token required)' : ' (no token)'}` : 'off'}`);
       out.push('routes:');
       for (const r of description.routes) out.push(`  ${r.name}: ${r.source} [${r.events.join(', ')}] key ${r.key} -> ${JSON.stringify(r.effect)}`);
       process.stdout.write(`${out.join('\n')}\n`);

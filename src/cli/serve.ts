@@ -2,10 +2,14 @@ import { createAdaptorServer } from '@hono/node-server';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Command } from 'commander';
-import { startDrain } from '../drain/loop.js';
+import type { Config } from '../config/load.js';
+import { startDrain, type Drain } from '../drain/loop.js';
 import { createApp } from '../http/app.js';
-import { createLogger } from '../log.js';
+import type { DeliveryOutcome } from '../http/ingest.js';
+import { metricsRoute, ReceiverMetrics, type EffectAttemptObservation, type QueueSnapshot } from '../http/metrics.js';
+import { createLogger, type Logger } from '../log.js';
 import { openStore } from '../store/open.js';
+import type { Store } from '../store/types.js';
 import { addCommonOptions, configFrom, type CommonOptions } from './common.js';
 
 interface ServeOptions extends CommonOptions {
@@ -19,10 +23,98 @@ export function registerServe(program: Command): void {
     .description('HTTP ingress and the drain, in one process; SIGTERM stops it cleanly')
     .option('--host <host>', 'address to listen on (overrides "host"; also $RECEIVER_HOST)')
     .option('--port <port>', 'port to listen on, 0 for any free port (overrides "port"; also $RECEIVER_PORT)', (v) => Number(v))
-    .option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent (also $RECEIVER_LOG_LEVEL)')
+    .option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent (overrides "log.level"; also $RECEIVER_LOG_LEVEL)')
     .action(async (options: ServeOptions) => {
       await serve(options);
     });
+}
+
+/** Log level per delivery outcome: what an operator should look at stands out. */
+const OUTCOME_LEVEL: Record<DeliveryOutcome['outcome'], 'info' | 'warn' | 'error'> = {
+  accepted: 'info',
+  duplicate: 'info',
+  handshake: 'info',
+  not_found: 'info',
+  too_large: 'info',
+  bad_request: 'info',
+  // A wrong secret after a rotation shows up here first.
+  unauthorized: 'warn',
+  conflict: 'warn',
+  unavailable: 'error',
+  error: 'error',
+};
+
+/** One log line per delivery: event id, source, delivery id, status, outcome, duration. Never headers or body. */
+export function logDelivery(logger: Logger, o: DeliveryOutcome): void {
+  const line = {
+    source: o.source,
+    outcome: o.outcome,
+    status: o.status,
+    ...(o.eventId === undefined ? {} : { eventId: o.eventId }),
+    ...(o.deliveryId === undefined ? {} : { deliveryId: o.deliveryId }),
+    ...(o.eventType === undefined ? {} : { eventType: o.eventType }),
+    durationMs: Math.round(o.durationMs * 100) / 100,
+    ...(o.error === undefined ? {} : { error: o.error }),
+  };
+  logger[OUTCOME_LEVEL[o.outcome]](line, 'delivery');
+}
+
+/** One effect attempt, as the drain reports it (for its log line and metrics). */
+export interface AttemptReport extends EffectAttemptObservation {
+  eventId: number;
+  effectKey?: string | undefined;
+  attempt?: number | undefined;
+  error?: string | undefined;
+}
+
+/** One log line per effect attempt; failures stand out, dead events most. */
+export function logAttempt(logger: Logger, a: AttemptReport): void {
+  const level = a.outcome === 'done' || a.outcome === 'skipped' || a.outcome === 'stale' ? 'info' : a.outcome === 'dead' ? 'error' : 'warn';
+  logger[level](
+    {
+      eventId: a.eventId,
+      route: a.route,
+      ...(a.effectKey === undefined ? {} : { effectKey: a.effectKey }),
+      ...(a.attempt === undefined ? {} : { attempt: a.attempt }),
+      outcome: a.outcome,
+      durationMs: Math.round(a.durationMs * 100) / 100,
+      ...(a.error === undefined ? {} : { error: a.error }),
+    },
+    'effect attempt',
+  );
+}
+
+/**
+ * The queue gauges of GET /metrics, read from the store at scrape time with its cheap
+ * queueStats() (never stats(), which scans every event). Undefined for a backend without it.
+ */
+export function queueSnapshot(store: Store, now: () => number = Date.now): (() => Promise<QueueSnapshot>) | undefined {
+  if (store.queueStats === undefined) return undefined;
+  const read = store.queueStats.bind(store);
+  return async () => {
+    const q = await read();
+    return {
+      pending: q.pending,
+      processing: q.processing,
+      dead: q.dead,
+      oldestPendingAgeSeconds: q.oldestPendingReceivedAt === null ? null : Math.max(0, (now() - q.oldestPendingReceivedAt) / 1000),
+    };
+  };
+}
+
+/** Node's HTTP server options: slow or stalled clients cannot hold a connection, or the process. */
+export function serverTimeouts(config: Pick<Config, 'requestTimeoutSeconds'>) {
+  const requestTimeout = Math.max(1, Math.round(config.requestTimeoutSeconds * 1000));
+  return {
+    // The whole request, headers and body, must arrive within this (else 408 and close).
+    requestTimeout,
+    headersTimeout: Math.min(requestTimeout, 10_000),
+    // Idle keep-alive sockets are closed after 5 s (senders reconnect cheaply).
+    keepAliveTimeout: 5000,
+    // Node checks the two timeouts above only this often (default 30 s): check every second
+    // or faster, so a trickling client is cut off close to requestTimeout.
+    connectionsCheckingInterval: Math.min(1000, Math.max(100, Math.floor(requestTimeout / 4))),
+  };
 }
 
 export async function serve(options: ServeOptions): Promise<void> {
@@ -34,49 +126,101 @@ export async function serve(options: ServeOptions): Promise<void> {
     }
   }
   const store = await openStore(config.database, { busyTimeoutMs: config.busyTimeoutMs, server: true });
-  const drain = config.drain.enabled ? startDrain({ config, store, logger }) : undefined;
+  const queue = queueSnapshot(store);
+  const metrics = new ReceiverMetrics({
+    sources: config.sources.keys(),
+    routes: config.routes.map((r) => r.name),
+    ...(queue === undefined ? {} : { queue }),
+    processMetrics: true,
+  });
+  // WIRING POINT (drain's onAttempt): once DrainOptions has `onAttempt`, pass
+  //   onAttempt: (a) => { logAttempt(logger, a); metrics.observeAttempt(a); }
+  // so every effect attempt gets a log line and its counters. See logAttempt below.
+  const drain: Drain | undefined = config.drain.enabled ? startDrain({ config, store, logger }) : undefined;
   const app = createApp({
     sources: config.sources,
     store,
     maxBodyBytes: config.maxBodyBytes,
-    onOutcome: (o) => logger.info({ ...o, durationMs: Math.round(o.durationMs * 100) / 100 }, 'delivery'),
+    onOutcome: (o) => {
+      logDelivery(logger, o);
+      metrics.observeDelivery(o);
+    },
     onAccepted: () => drain?.wake(),
     onError: (e) => logger.error({ err: e }, 'request failed'),
+    ...(config.metrics.enabled ? { extend: metricsRoute(metrics, { token: config.metrics.token }) } : {}),
   });
-  const server = createAdaptorServer({ fetch: app.fetch }) as Server;
-  // Slow or stalled clients cannot hold a connection (or the process) forever.
-  server.requestTimeout = config.requestTimeoutSeconds * 1000;
-  server.headersTimeout = Math.min(server.requestTimeout, 10_000);
-  server.keepAliveTimeout = 5000;
+  const server = createAdaptorServer({ fetch: app.fetch, serverOptions: serverTimeouts(config) }) as Server;
+  server.on('error', (e) => logger.error({ err: e }, 'http server error'));
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(config.port, config.host, () => resolve());
+    server.listen(config.port, config.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
   });
   const address = server.address() as AddressInfo;
-  logger.info({ host: address.address, port: address.port, database: redactUrl(config.database), sources: [...config.sources.keys()] }, 'listening');
+  logger.info(
+    {
+      host: address.address,
+      port: address.port,
+      database: redactUrl(config.database),
+      sources: [...config.sources.keys()],
+      routes: config.routes.map((r) => r.name),
+      metrics: config.metrics.enabled ? (config.metrics.token === undefined ? 'open' : 'token') : 'off',
+      shutdownGraceSeconds: config.shutdownGraceSeconds,
+    },
+    'listening',
+  );
 
   let stopping = false;
   const stop = async (signal: string) => {
-    if (stopping) return;
+    if (stopping) {
+      logger.warn({ signal }, 'already shutting down; send SIGKILL to stop at once');
+      return;
+    }
     stopping = true;
     const graceMs = config.shutdownGraceSeconds * 1000;
+    const started = Date.now();
     logger.info({ signal, graceMs }, 'shutting down');
-    // Stop accepting; in-flight requests finish and get their answers.
+    // 1. Stop accepting. Requests already in flight finish: a 2xx goes out only after
+    //    the row is committed, so every sender that got one has its event stored.
     const closed = new Promise<void>((resolve) => server.close(() => resolve()));
     server.closeIdleConnections();
-    const force = setTimeout(() => server.closeAllConnections(), graceMs);
+    // Past the grace period, a client still sending (or a stalled one) is cut off; it got
+    // no 2xx, so the sender retries and the delivery id deduplicates.
+    const force = setTimeout(() => {
+      logger.warn('grace period over: closing the remaining connections');
+      server.closeAllConnections();
+    }, graceMs);
+    // 2. The drain stops claiming and lets the running effect finish within the grace
+    //    period; beyond it the effect is left to its lease and retried after a restart.
     await Promise.all([closed, drain?.stop(graceMs)]);
     clearTimeout(force);
-    await store.close();
-    logger.info('stopped');
-    process.exit(0);
+    // 3. In-flight inserts (group commit) are flushed, then the database is closed.
+    let code = 0;
+    try {
+      await store.close();
+    } catch (e) {
+      logger.error({ err: e }, 'closing the database failed');
+      code = 1;
+    }
+    logger.info({ signal, tookMs: Date.now() - started }, 'stopped');
+    process.exit(code);
   };
-  process.once('SIGTERM', () => void stop('SIGTERM'));
-  process.once('SIGINT', () => void stop('SIGINT'));
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGINT', () => void stop('SIGINT'));
 }
 
-/** A postgres:// URL may carry a password; logs show it without. */
-export function redactUrl(database: string): string {
-  return database.replace(/\/\/([^:/@]+):[^@]*@/, '//$1:***@');
+/**
+ * A URL (postgres://, an http effect's) may carry a credential: the password in its
+ * user info, or a query parameter named like one. Logs and check-config show it without.
+ */
+export function redactUrl(url: string): string {
+  return url
+    .replace(/^([a-z][a-z0-9+.-]*:\/\/)([^/?#@]*)@/i, (_m, scheme: string, userinfo: string) => {
+      const colon = userinfo.indexOf(':');
+      return `${scheme}${colon === -1 ? '***' : `${userinfo.slice(0, colon)}:***`}@`;
+    })
+    .replace(/([?&][^=&#]*(?:pass|secret|token|key|sig|auth)[^=&#]*=)[^&#]*/gi, '$1***');
 }

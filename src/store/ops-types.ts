@@ -177,6 +177,15 @@ export interface StoreStats {
   effectsByStatus: Record<'running' | 'done' | 'failed', number>;
 }
 
+/** The queue as GET /metrics reads it at every scrape. */
+export interface QueueStats {
+  pending: number;
+  processing: number;
+  dead: number;
+  /** received_at (ms) of the oldest pending event, or null when none is pending. */
+  oldestPendingReceivedAt: number | null;
+}
+
 export interface OpsStore {
   /** How many `done` events have received_at < receivedBefore (purge --dry-run). */
   countPurgeable(receivedBefore: number): Promise<number>;
@@ -225,4 +234,11 @@ export interface OpsStore {
 
   /** Counts for `stats`; `now` decides which claims are stuck. */
   stats(now: number): Promise<StoreStats>;
+
+  /**
+   * Counts for GET /metrics, read at every scrape: must stay cheap (partial indexes, no
+   * scan of finished events), unlike stats(). Optional until every backend has it; without
+   * it the metrics omit the queue gauges.
+   */
+  queueStats?(): Promise<QueueStats>;
 }

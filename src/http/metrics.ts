@@ -1,0 +1,187 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { Context, Hono } from 'hono';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Secret } from '../config/secret.js';
+import type { DeliveryOutcome } from './ingest.js';
+
+/**
+ * Prometheus metrics for one app instance. Each instance has its own Registry (never
+ * prom-client's global one), so tests can run several apps in one process.
+ *
+ * Duplicate ratio: we export counters, not a precomputed ratio, because a ratio since
+ * process start hides a burst. Alert on
+ *   sum(rate(receiver_deliveries_total{outcome="duplicate"}[15m]))
+ *     / sum(rate(receiver_deliveries_total{outcome=~"accepted|duplicate|conflict"}[15m]))
+ * (see the README's Operations section).
+ */
+
+/** Every delivery outcome the ingest handler reports (DeliveryOutcome['outcome']). */
+export const DELIVERY_OUTCOMES: readonly DeliveryOutcome['outcome'][] = [
+  'accepted',
+  'duplicate',
+  'conflict',
+  'handshake',
+  'unauthorized',
+  'too_large',
+  'bad_request',
+  'not_found',
+  'unavailable',
+  'error',
+];
+
+/**
+ * Deliveries to a source name that is not configured are counted under this label,
+ * so a scanner posting to random paths cannot create unbounded series.
+ */
+export const UNKNOWN_SOURCE = '_unknown';
+
+/** What the store says about the queue, read at scrape time. */
+export interface QueueSnapshot {
+  pending: number;
+  processing?: number;
+  dead: number;
+  /** Age in seconds of the oldest pending event, or null with none pending. */
+  oldestPendingAgeSeconds: number | null;
+}
+
+/** One try of one effect, as the drain reports it. */
+export interface EffectAttemptObservation {
+  route: string;
+  /** `done`, `failed`, `retry`, `dead`, `skipped`, ... as the drain names it. */
+  outcome: string;
+  durationMs: number;
+}
+
+export interface MetricsOptions {
+  /** Configured source names: their series start at 0 so rate() sees the first delivery. */
+  sources?: Iterable<string>;
+  /** Configured route names, for the same reason. */
+  routes?: Iterable<string>;
+  /** Read at every scrape; a failure sets receiver_database_up to 0 and keeps the last values. */
+  queue?: () => Promise<QueueSnapshot> | QueueSnapshot;
+  /** Node process metrics (memory, CPU, event loop lag). Off in tests that make many apps. */
+  processMetrics?: boolean;
+}
+
+export class ReceiverMetrics {
+  readonly registry = new Registry();
+  readonly #sources: Set<string>;
+  readonly #deliveries: Counter<'source' | 'outcome'>;
+  readonly #ingestSeconds: Histogram<'source'>;
+  readonly #attempts: Counter<'route' | 'outcome'>;
+  readonly #effectSeconds: Histogram<'route'>;
+
+  constructor({ sources = [], routes = [], queue, processMetrics = false }: MetricsOptions = {}) {
+    const registers = [this.registry];
+    this.#sources = new Set(sources);
+    this.#deliveries = new Counter({
+      name: 'receiver_deliveries_total',
+      help: 'Webhook deliveries received, by source and outcome (accepted, duplicate, conflict, unauthorized, too_large, unavailable, ...)',
+      labelNames: ['source', 'outcome'],
+      registers,
+    });
+    this.#ingestSeconds = new Histogram({
+      name: 'receiver_ingest_duration_seconds',
+      help: 'Time from request start to answer for POST /webhooks/:source (verification and durable insert included)',
+      labelNames: ['source'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers,
+    });
+    this.#attempts = new Counter({
+      name: 'receiver_effect_attempts_total',
+      help: 'Effect attempts by route and outcome',
+      labelNames: ['route', 'outcome'],
+      registers,
+    });
+    this.#effectSeconds = new Histogram({
+      name: 'receiver_effect_duration_seconds',
+      help: 'Duration of one effect attempt, by route',
+      labelNames: ['route'],
+      buckets: [0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
+      registers,
+    });
+    for (const source of this.#sources) {
+      for (const outcome of DELIVERY_OUTCOMES) this.#deliveries.labels(source, outcome).inc(0);
+    }
+    for (const route of routes) this.#effectSeconds.zero({ route });
+
+    if (queue !== undefined) {
+      // registry.metrics() calls every collect() at once: the three gauges share one read.
+      let scrape: Promise<void> | undefined;
+      const collect = () =>
+        (scrape ??= (async () => {
+          try {
+            const q = await queue();
+            events.set({ status: 'pending' }, q.pending);
+            if (q.processing !== undefined) events.set({ status: 'processing' }, q.processing);
+            events.set({ status: 'dead' }, q.dead);
+            oldest.set(q.oldestPendingAgeSeconds ?? 0);
+            up.set(1);
+          } catch {
+            up.set(0);
+          }
+        })().finally(() => (scrape = undefined)));
+      const events = new Gauge({
+        name: 'receiver_events',
+        help: 'Stored events by status (pending, processing, dead), read from the database at scrape time',
+        labelNames: ['status'],
+        registers,
+        collect,
+      });
+      const oldest = new Gauge({
+        name: 'receiver_oldest_pending_age_seconds',
+        help: 'Age of the oldest pending event (0 when none is pending); a growing value means the drain is stuck or failing',
+        registers,
+        collect,
+      });
+      const up = new Gauge({ name: 'receiver_database_up', help: '1 when the last scrape could read the queue from the database, else 0', registers, collect });
+    }
+    if (processMetrics) collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** The ingest handler's onOutcome hook. */
+  observeDelivery(o: DeliveryOutcome): void {
+    const source = this.#sources.has(o.source) ? o.source : UNKNOWN_SOURCE;
+    this.#deliveries.labels(source, o.outcome).inc();
+    this.#ingestSeconds.labels(source).observe(o.durationMs / 1000);
+  }
+
+  /** The drain's onAttempt hook. */
+  observeAttempt(a: EffectAttemptObservation): void {
+    this.#attempts.labels(a.route, a.outcome).inc();
+    this.#effectSeconds.labels(a.route).observe(a.durationMs / 1000);
+  }
+
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+}
+
+const digest = (s: string) => createHash('sha256').update(s).digest();
+
+/**
+ * True when the Authorization header carries exactly `Bearer <token>`. Both sides are
+ * hashed first, so the comparison is constant-time and says nothing about the length.
+ */
+export function bearerMatches(header: string | undefined, token: Secret): boolean {
+  const presented = /^Bearer (.+)$/i.exec(header ?? '')?.[1] ?? '';
+  const ok = timingSafeEqual(digest(presented), digest(token.reveal()));
+  return ok && presented !== '';
+}
+
+export interface MetricsRouteOptions {
+  /** With a token, a scrape without `Authorization: Bearer <token>` gets 401. */
+  token?: Secret | undefined;
+}
+
+/** Mounts GET /metrics (pass to createApp's `extend`). */
+export function metricsRoute(metrics: ReceiverMetrics, { token }: MetricsRouteOptions = {}) {
+  return function mountMetrics(app: Hono): void {
+    app.get('/metrics', async (c: Context) => {
+      if (token !== undefined && !bearerMatches(c.req.header('authorization'), token)) {
+        return c.json({ error: 'unauthorized', message: 'GET /metrics needs Authorization: Bearer <metrics.token>' }, 401, { 'www-authenticate': 'Bearer realm="metrics"' });
+      }
+      return c.body(await metrics.text(), 200, { 'content-type': metrics.registry.contentType });
+    });
+  };
+}

@@ -1,8 +1,12 @@
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { ReceiverError } from '../errors.js';
 import { registerCheckConfig } from './check-config.js';
+import { registerEvents } from './events.js';
+import { registerPurge } from './purge.js';
+import { registerReplay } from './replay.js';
 import { registerSendTest } from './send-test.js';
 import { registerServe } from './serve.js';
+import { registerStats } from './stats.js';
 
 /** Exit codes (CONTRACT.md): 0 ok, 1 runtime failure, 2 usage or config error. */
 export function exitCodeFor(e: unknown): number {
@@ -20,6 +24,10 @@ export function buildProgram(): Command {
   registerServe(program);
   registerCheckConfig(program);
   registerSendTest(program);
+  registerPurge(program);
+  registerReplay(program);
+  registerEvents(program);
+  registerStats(program);
   // Every subcommand reports bad flags through the same exit path.
   for (const cmd of program.commands) cmd.exitOverride();
   return program;

@@ -1,0 +1,201 @@
+import type { Command } from 'commander';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Config } from '../config/load.js';
+import { ReceiverError } from '../errors.js';
+import type { Store } from '../store/types.js';
+import { addCommonOptions, configFrom, openStoreFor, positiveInt, printJson, type CommonOptions } from './common.js';
+
+/**
+ * Rows per purge batch (one short write transaction each). Measured with bench/purge.mjs
+ * on 1,000,000 finished events: see the README's purge section for the figures.
+ */
+export const DEFAULT_BATCH_SIZE = 1000;
+/** Between batches the write lock is free at least this long, and at least as long as the batch held it. */
+export const MIN_PAUSE_MS = 20;
+
+const DAY_MS = 86_400_000;
+
+export const PURGE_COST =
+  'A purged delivery id is forgotten: if its sender delivers it again, it is accepted as a new event. ' +
+  'Its effects are still skipped, because the effect ledger is never purged (replay --force re-runs them).';
+
+interface PurgeOptions extends CommonOptions {
+  days?: number;
+  bodiesDays?: number;
+  dryRun?: boolean;
+  batchSize?: number;
+  force?: boolean;
+  json?: boolean;
+}
+
+export function registerPurge(program: Command): void {
+  addCommonOptions(program.command('purge'))
+    .description('delete finished (done) events older than N days in short batches, safe while `serve` runs; keeps pending, processing and dead events and the effect ledger')
+    .option('--days <n>', 'delete done events received more than N days ago', positiveInt('--days'))
+    .option('--bodies-days <n>', 'tiered retention: drop body and headers of done events older than N days, keeping their rows and keys', positiveInt('--bodies-days'))
+    .option('--dry-run', 'count what would be removed; change nothing')
+    .option('--batch-size <n>', `rows per write transaction (default ${DEFAULT_BATCH_SIZE})`, positiveInt('--batch-size'))
+    .option('--force', 'purge even when --days is shorter than the longest retry horizon of the configured sources')
+    .option('--json', 'print one JSON document')
+    .addHelpText('after', `\n${PURGE_COST}\n`)
+    .action(async (options: PurgeOptions) => {
+      await purge(options);
+    });
+}
+
+/** The configured source whose sender may retry longest. */
+export function longestHorizon(config: Config): { source: string; hours: number } | undefined {
+  let best: { source: string; hours: number } | undefined;
+  for (const s of config.sources.values()) {
+    if (best === undefined || s.retryHorizonHours > best.hours) best = { source: s.name, hours: s.retryHorizonHours };
+  }
+  return best;
+}
+
+function checkOptions(options: PurgeOptions, config: Config): void {
+  if (options.days === undefined && options.bodiesDays === undefined) {
+    throw new ReceiverError('usage', 'purge needs --days N (delete done events older than N days) or --bodies-days N (drop their bodies only)', {
+      hint: 'receiver purge --days 30',
+    });
+  }
+  if (options.days !== undefined && options.bodiesDays !== undefined && options.bodiesDays > options.days) {
+    throw new ReceiverError('usage', `--bodies-days ${options.bodiesDays} is longer than --days ${options.days}: events older than --days are deleted whole`, {
+      hint: `use a --bodies-days shorter than --days, e.g. --days ${options.days} --bodies-days ${Math.max(1, Math.floor(options.days / 4))}`,
+    });
+  }
+  const horizon = longestHorizon(config);
+  // A key purged inside a sender's retry horizon turns a late redelivery into a new event.
+  if (options.days !== undefined && horizon !== undefined && options.days * 24 < horizon.hours && options.force !== true) {
+    throw new ReceiverError(
+      'usage',
+      `--days ${options.days} (${options.days * 24} hours) is shorter than the longest retry horizon of the configured sources: ${horizon.hours} hours (source "${horizon.source}"). ` +
+        'A delivery id purged sooner can still be redelivered, and would then be accepted as a new event.',
+      { hint: `use --days ${Math.ceil(horizon.hours / 24)} or more, or add --force to purge anyway` },
+    );
+  }
+}
+
+interface BatchTimes {
+  batches: number;
+  ms: number[];
+}
+
+/** Calls `batch` until it changes fewer than `size` rows, pausing between calls so others get the write lock. */
+async function inBatches(size: number, times: BatchTimes, batch: () => Promise<number>): Promise<void> {
+  for (;;) {
+    const started = performance.now();
+    const changed = await batch();
+    const elapsed = performance.now() - started;
+    times.batches += 1;
+    times.ms.push(elapsed);
+    if (changed < size) return;
+    // Let a running server's ingest (and drain) take the lock between batches.
+    await sleep(Math.max(MIN_PAUSE_MS, elapsed));
+  }
+}
+
+const round = (ms: number) => Math.round(ms * 10) / 10;
+
+function median(values: number[]): number {
+  if (values.length === 0) return 0;
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+export interface PurgeReport {
+  purged: number;
+  attemptsPurged: number;
+  conflictsPurged: number;
+  bodiesDropped: number;
+  dryRun: boolean;
+  /** Done events received before this instant were purged (null without --days). */
+  purgedBefore: string | null;
+  /** Done events received before this instant lost their body and headers (null without --bodies-days). */
+  bodiesDroppedBefore: string | null;
+  batchSize: number;
+  batches: number;
+  batchMs: { median: number; max: number };
+}
+
+async function runPurge(store: Store, options: PurgeOptions, now: number): Promise<PurgeReport> {
+  const size = options.batchSize ?? DEFAULT_BATCH_SIZE;
+  const purgeCutoff = options.days === undefined ? undefined : now - options.days * DAY_MS;
+  const bodiesCutoff = options.bodiesDays === undefined ? undefined : now - options.bodiesDays * DAY_MS;
+  const report: PurgeReport = {
+    purged: 0,
+    attemptsPurged: 0,
+    conflictsPurged: 0,
+    bodiesDropped: 0,
+    dryRun: options.dryRun === true,
+    purgedBefore: purgeCutoff === undefined ? null : new Date(purgeCutoff).toISOString(),
+    bodiesDroppedBefore: bodiesCutoff === undefined ? null : new Date(bodiesCutoff).toISOString(),
+    batchSize: size,
+    batches: 0,
+    batchMs: { median: 0, max: 0 },
+  };
+  if (options.dryRun === true) {
+    if (purgeCutoff !== undefined) report.purged = await store.countPurgeable(purgeCutoff);
+    if (bodiesCutoff !== undefined) {
+      // Events that --days deletes anyway are not counted twice.
+      const older = purgeCutoff === undefined ? 0 : await store.countBodiesDroppable(Math.min(purgeCutoff, bodiesCutoff));
+      report.bodiesDropped = (await store.countBodiesDroppable(bodiesCutoff)) - older;
+    }
+    return report;
+  }
+  const times: BatchTimes = { batches: 0, ms: [] };
+  // Delete first: fewer rows are left to strip.
+  if (purgeCutoff !== undefined) {
+    await inBatches(size, times, async () => {
+      const r = await store.purgeBatch(purgeCutoff, size);
+      report.purged += r.events;
+      report.attemptsPurged += r.attempts;
+      report.conflictsPurged += r.conflicts;
+      return r.events;
+    });
+  }
+  if (bodiesCutoff !== undefined) {
+    await inBatches(size, times, async () => {
+      const r = await store.dropBodiesBatch(bodiesCutoff, size);
+      report.bodiesDropped += r.events;
+      return r.events;
+    });
+  }
+  report.batches = times.batches;
+  report.batchMs = { median: round(median(times.ms)), max: round(Math.max(0, ...times.ms)) };
+  return report;
+}
+
+function describe(report: PurgeReport, options: PurgeOptions): string {
+  const lines: string[] = [];
+  const verb = report.dryRun ? 'Would purge' : 'Purged';
+  if (options.days !== undefined) {
+    lines.push(
+      `${verb} ${report.purged} done event(s) older than ${options.days} day(s) (received before ${report.purgedBefore})` +
+        (report.dryRun ? '.' : `, with ${report.attemptsPurged} attempt(s) and ${report.conflictsPurged} conflict(s).`),
+    );
+  }
+  if (options.bodiesDays !== undefined) {
+    lines.push(
+      `${report.dryRun ? 'Would drop' : 'Dropped'} body and headers of ${report.bodiesDropped} done event(s) older than ${options.bodiesDays} day(s) (received before ${report.bodiesDroppedBefore}); ` +
+        'their rows and delivery ids stay, so redeliveries are still recognised, but they can no longer be replayed.',
+    );
+  }
+  if (report.dryRun) lines.push('Dry run: nothing was changed.');
+  else lines.push(`${report.batches} batch(es) of up to ${report.batchSize} rows; batch time median ${report.batchMs.median} ms, max ${report.batchMs.max} ms.`);
+  if (options.days !== undefined) lines.push(`Note: ${PURGE_COST}`);
+  return `${lines.join('\n')}\n`;
+}
+
+export async function purge(options: PurgeOptions): Promise<void> {
+  const config = configFrom(options);
+  checkOptions(options, config);
+  const store = await openStoreFor(config);
+  try {
+    const report = await runPurge(store, options, Date.now());
+    if (options.json === true) printJson(report);
+    else process.stdout.write(describe(report, options));
+  } finally {
+    await store.close();
+  }
+}

@@ -1,0 +1,124 @@
+import type { Command } from 'commander';
+import { ReceiverError } from '../errors.js';
+import type { ReplayRefusal, ReplayResult } from '../store/ops-types.js';
+import { addCommonOptions, configFrom, openStoreFor, printJson, type CommonOptions } from './common.js';
+
+interface ReplayOptions extends CommonOptions {
+  source?: string;
+  delivery?: string;
+  dead?: boolean;
+  force?: boolean;
+  json?: boolean;
+}
+
+export function registerReplay(program: Command): void {
+  addCommonOptions(program.command('replay').argument('[id...]', 'event ids (the "id" of the 202 answer, or from `receiver events list`)'))
+    .description('put events back to pending for the running server to drain within seconds; effects already done stay skipped unless --force')
+    .option('--source <source>', 'with --delivery: the event with this source and delivery id')
+    .option('--delivery <delivery-id>', "with --source: the sender's delivery id")
+    .option('--dead', 'replay every dead event')
+    .option('--force', 're-run effects whose key is already done (e.g. re-send a licence email); recorded as forced')
+    .option('--json', 'print one JSON document')
+    .addHelpText(
+      'after',
+      '\nA replayed event starts a fresh retry count (maxAttempts applies again); its earlier attempts stay in `events show`.\n',
+    )
+    .action(async (ids: string[], options: ReplayOptions) => {
+      await replay(ids, options);
+    });
+}
+
+type Target = { ids: number[] } | { source: string; deliveryId: string } | { dead: true };
+
+function targetOf(ids: string[], options: ReplayOptions): Target {
+  const bySource = options.source !== undefined || options.delivery !== undefined;
+  const forms = [ids.length > 0, bySource, options.dead === true].filter(Boolean).length;
+  if (forms !== 1) {
+    throw new ReceiverError('usage', 'replay needs exactly one of: event ids, --source S --delivery D, or --dead', {
+      hint: 'receiver replay 42   |   receiver replay --source stripe --delivery evt_123   |   receiver replay --dead',
+    });
+  }
+  if (options.dead === true) return { dead: true };
+  if (bySource) {
+    if (options.source === undefined || options.delivery === undefined) {
+      const missing = options.source === undefined ? '--source' : '--delivery';
+      throw new ReceiverError('usage', `${missing} is missing: --source and --delivery go together`, { hint: 'receiver replay --source stripe --delivery evt_123' });
+    }
+    return { source: options.source, deliveryId: options.delivery };
+  }
+  return {
+    ids: ids.map((id) => {
+      if (!/^\d+$/.test(id) || Number(id) <= 0 || !Number.isSafeInteger(Number(id))) {
+        throw new ReceiverError('usage', `"${id}" is not an event id (a positive whole number)`, {
+          hint: 'find the id with `receiver events list`, or use --source S --delivery D',
+        });
+      }
+      return Number(id);
+    }),
+  };
+}
+
+function explain(r: ReplayRefusal): string {
+  switch (r.reason) {
+    case 'not_found':
+      return `event ${r.eventId} does not exist (never received, or purged)`;
+    case 'processing':
+      return `event ${r.eventId} is being processed right now (lease held by ${r.leaseOwner ?? 'unknown'} until ${r.leaseExpiresAt == null ? 'unknown' : new Date(r.leaseExpiresAt).toISOString()})`;
+    case 'body_dropped':
+      return `event ${r.eventId} has no body any more (dropped by purge --bodies-days), so its effects cannot run again`;
+  }
+}
+
+function toJson(result: ReplayResult) {
+  return {
+    replayed: result.replayed.map((e) => ({ id: e.eventId, source: e.source, deliveryId: e.deliveryId, previousStatus: e.previousStatus, force: e.force })),
+    refused: result.refused.map((r) => ({
+      id: r.eventId,
+      reason: r.reason,
+      ...(r.reason === 'processing' ? { leaseOwner: r.leaseOwner ?? null, leaseExpiresAt: r.leaseExpiresAt == null ? null : new Date(r.leaseExpiresAt).toISOString() } : {}),
+    })),
+  };
+}
+
+export async function replay(ids: string[], options: ReplayOptions): Promise<void> {
+  const config = configFrom(options);
+  const target = targetOf(ids, options);
+  const force = options.force === true;
+  const store = await openStoreFor(config);
+  let result: ReplayResult;
+  try {
+    const now = Date.now();
+    if ('dead' in target) {
+      result = await store.replayDead({ force, now });
+    } else if ('source' in target) {
+      const id = await store.findEventId(target.source, target.deliveryId);
+      if (id === undefined) {
+        throw new ReceiverError('not_found', `no event from source "${target.source}" with delivery id "${target.deliveryId}" (never received, or purged)`, {
+          hint: 'check the names with `receiver events list --source ' + target.source + '`',
+        });
+      }
+      result = await store.replayEvents([id], { force, now });
+    } else {
+      result = await store.replayEvents(target.ids, { force, now });
+    }
+  } finally {
+    await store.close();
+  }
+
+  if (options.json === true) printJson(toJson(result));
+  if (result.refused.length > 0) {
+    const hint = result.refused.some((r) => r.reason === 'processing') ? 'wait until it finishes (at most until its lease expires), then run the same command again' : undefined;
+    throw new ReceiverError('not_found', `nothing was replayed: ${result.refused.map(explain).join('; ')}`, hint === undefined ? {} : { hint });
+  }
+  if (options.json === true) return;
+  if (result.replayed.length === 0) {
+    process.stdout.write('No dead events to replay.\n');
+    return;
+  }
+  const lines = result.replayed.map((e) => `  ${e.eventId}  ${e.source}/${e.deliveryId} (was ${e.previousStatus})`);
+  process.stdout.write(
+    `Replayed ${result.replayed.length} event(s):\n${lines.join('\n')}\n` +
+      'The running server drains them within about a second, with a fresh retry count. ' +
+      (force ? 'Forced: effects whose key is already done run again, and the attempts are recorded as forced.\n' : 'Effects already done stay skipped (add --force to run them again).\n'),
+  );
+}

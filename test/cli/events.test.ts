@@ -1,0 +1,107 @@
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type Database from 'better-sqlite3';
+import { runCli, tempDir, writeConfig } from '../helpers.js';
+import { DAY, insertAttempt, insertConflict, insertEffect, insertEvent, seedDb } from '../store/ops-seed.js';
+
+/** `receiver events list` and `events show` as subprocesses: JSON shapes and exit codes. */
+describe('receiver events', () => {
+  const tmp = tempDir();
+  let config: string;
+  let db: Database.Database;
+  const t0 = Date.UTC(2026, 0, 2, 3, 4, 5);
+  let ids: number[];
+
+  beforeAll(() => {
+    config = writeConfig(tmp.dir, { sources: { stripe: { provider: 'stripe', secret: 'whsec_test' } } });
+    db = seedDb(join(tmp.dir, 'receiver.db'));
+    ids = [
+      insertEvent(db, { deliveryId: 'evt_1', eventType: 'invoice.paid', status: 'done', receivedAt: t0, headers: { 'content-type': 'application/json', 'user-agent': 'Stripe/1.0' }, body: '{"id":"evt_1","ünïcode":true}' }),
+      insertEvent(db, { source: 'github', deliveryId: 'gh-2', eventType: 'push', status: 'dead', receivedAt: t0 + DAY, attempts: 12, lastError: 'exit status 1: deploy failed' }),
+      insertEvent(db, { deliveryId: 'evt_3', eventType: 'invoice.created', status: 'pending', receivedAt: t0 + 2 * DAY, body: Buffer.from([0xff, 0xfe, 0x00, 0x41]) }),
+    ];
+    insertAttempt(db, ids[0]!, { attempt: 1, route: 'issue-licence', effectKey: 'issue-licence:cus_9', startedAt: t0 + 1000 });
+    insertEffect(db, { effectKey: 'issue-licence:cus_9', eventId: ids[0]!, at: t0 + 1000 });
+    insertConflict(db, ids[0]!, t0 + 5000);
+  });
+  afterAll(() => {
+    db.close();
+    tmp.cleanup();
+  });
+
+  it('list --json: newest first, exactly one JSON array with the contract fields', async () => {
+    const r = await runCli(['events', 'list', '-c', config, '--json']);
+    expect(r.code).toBe(0);
+    const list = JSON.parse(r.stdout);
+    expect(list.map((e: { id: number }) => e.id)).toEqual([...ids].reverse());
+    expect(list[1]).toEqual({
+      id: ids[1],
+      source: 'github',
+      deliveryId: 'gh-2',
+      eventType: 'push',
+      status: 'dead',
+      attempts: 12,
+      receivedAt: new Date(t0 + DAY).toISOString(),
+      nextAttemptAt: new Date(t0 + DAY).toISOString(),
+      finishedAt: new Date(t0 + DAY + 1000).toISOString(),
+      lastError: 'exit status 1: deploy failed',
+      duplicates: 0,
+      forceEffects: false,
+    });
+  });
+
+  it('list filters by --status, --source and --limit; a bad --status is exit 2 naming the flag', async () => {
+    const dead = JSON.parse((await runCli(['events', 'list', '-c', config, '--status', 'dead', '--json'])).stdout);
+    expect(dead.map((e: { id: number }) => e.id)).toEqual([ids[1]]);
+    const stripe = JSON.parse((await runCli(['events', 'list', '-c', config, '--source', 'stripe', '--limit', '1', '--json'])).stdout);
+    expect(stripe.map((e: { id: number }) => e.id)).toEqual([ids[2]]);
+    const bad = await runCli(['events', 'list', '-c', config, '--status', 'failed']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--status must be one of pending, processing, done, dead');
+    const human = await runCli(['events', 'list', '-c', config]);
+    expect(human.stdout.split('\n')[0]).toMatch(/^ID\s+RECEIVED\s+SOURCE\s+DELIVERY ID\s+TYPE\s+STATUS\s+ATTEMPTS\s+LAST ERROR$/);
+    expect(human.stdout).toContain('gh-2');
+  });
+
+  it('show --json: headers, UTF-8 body, attempts joined to the effect ledger, conflicts', async () => {
+    const r = await runCli(['events', 'show', '-c', config, String(ids[0]), '--json']);
+    expect(r.code).toBe(0);
+    const e = JSON.parse(r.stdout);
+    expect(e).toMatchObject({
+      id: ids[0],
+      source: 'stripe',
+      deliveryId: 'evt_1',
+      status: 'done',
+      headers: { 'content-type': 'application/json', 'user-agent': 'Stripe/1.0' },
+      body: '{"id":"evt_1","ünïcode":true}',
+      bodyEncoding: 'utf8',
+      bodySha256: expect.stringMatching(/^[0-9a-f]{64}$/),
+      responseStatus: 202,
+    });
+    expect(e.attemptLog).toEqual([
+      { attempt: 1, route: 'issue-licence', effectKey: 'issue-licence:cus_9', outcome: 'ok', forced: false, startedAt: new Date(t0 + 1000).toISOString(), finishedAt: new Date(t0 + 1010).toISOString(), error: null, output: null },
+    ]);
+    expect(e.effects).toEqual([
+      { effectKey: 'issue-licence:cus_9', route: 'issue-licence', businessKey: 'cus_9', status: 'done', eventId: ids[0], version: null, runs: 1, forcedRuns: 0, startedAt: new Date(t0 + 1000).toISOString(), finishedAt: new Date(t0 + 1010).toISOString(), lastError: null },
+    ]);
+    expect(e.conflicts).toEqual([{ id: expect.any(Number), receivedAt: new Date(t0 + 5000).toISOString(), bodySha256: 'f'.repeat(64) }]);
+  });
+
+  it('show: a body that is not UTF-8 comes as base64 with its encoding; human output prints the event', async () => {
+    const r = await runCli(['events', 'show', '-c', config, String(ids[2]), '--json']);
+    expect(JSON.parse(r.stdout)).toMatchObject({ body: Buffer.from([0xff, 0xfe, 0x00, 0x41]).toString('base64'), bodyEncoding: 'base64', attemptLog: [], effects: [] });
+    const human = await runCli(['events', 'show', '-c', config, String(ids[0])]);
+    expect(human.code).toBe(0);
+    expect(human.stdout).toContain(`event ${ids[0]}: stripe / evt_1 (invoice.paid)`);
+    expect(human.stdout).toContain('issue-licence:cus_9: done, 1 run(s)');
+  });
+
+  it('show: an unknown id is exit 1, a malformed one exit 2', async () => {
+    const unknown = await runCli(['events', 'show', '-c', config, '99999', '--json']);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stdout).toBe('');
+    expect(unknown.stderr).toContain('event 99999 does not exist');
+    const bad = await runCli(['events', 'show', '-c', config, 'x1']);
+    expect(bad.code).toBe(2);
+  });
+});

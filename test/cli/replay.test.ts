@@ -1,0 +1,117 @@
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type Database from 'better-sqlite3';
+import { runCli, tempDir, writeConfig } from '../helpers.js';
+import { DAY, insertAttempt, insertEvent, seedDb } from '../store/ops-seed.js';
+
+/** `receiver replay` as a subprocess, judged by exit code, output and the rows it changed. */
+describe('receiver replay', () => {
+  let tmp: ReturnType<typeof tempDir>;
+  let config: string;
+  let db: Database.Database;
+  const now = Date.now();
+  let ids: Record<string, number>;
+
+  beforeEach(() => {
+    tmp = tempDir();
+    config = writeConfig(tmp.dir, { sources: { stripe: { provider: 'stripe', secret: 'whsec_test' } } });
+    db = seedDb(join(tmp.dir, 'receiver.db'));
+    ids = {
+      dead1: insertEvent(db, { deliveryId: 'evt_dead_1', status: 'dead', receivedAt: now - DAY, attempts: 12, lastError: 'exit 1', nextAttemptAt: now - DAY }),
+      dead2: insertEvent(db, { deliveryId: 'evt_dead_2', status: 'dead', receivedAt: now - DAY, attempts: 12, lastError: 'timeout' }),
+      done: insertEvent(db, { deliveryId: 'evt_done', status: 'done', receivedAt: now - DAY }),
+      live: insertEvent(db, { deliveryId: 'evt_live', status: 'processing', receivedAt: now - 1000, leaseOwner: 'drain-a', leaseExpiresAt: now + 10 * 60_000 }),
+    };
+    insertAttempt(db, ids.dead1!, { startedAt: now - DAY, outcome: 'failed', error: 'exit 1' });
+  });
+  afterEach(() => {
+    db.close();
+    tmp.cleanup();
+  });
+
+  const row = (id: number | undefined) =>
+    db.prepare(`SELECT status, attempts, next_attempt_at, last_error, lease_owner, force_effects FROM events WHERE id = ?`).get(id) as {
+      status: string; attempts: number; next_attempt_at: number; last_error: string | null; lease_owner: string | null; force_effects: number;
+    };
+
+  it('by id: back to pending now with a fresh retry count, last_error and attempt history kept', async () => {
+    const r = await runCli(['replay', '-c', config, String(ids.dead1), '--json']);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout)).toEqual({
+      replayed: [{ id: ids.dead1, source: 'stripe', deliveryId: 'evt_dead_1', previousStatus: 'dead', force: false }],
+      refused: [],
+    });
+    const after = row(ids.dead1);
+    expect(after).toMatchObject({ status: 'pending', attempts: 0, last_error: 'exit 1', lease_owner: null, force_effects: 0 });
+    expect(after.next_attempt_at).toBeGreaterThanOrEqual(now);
+    expect(after.next_attempt_at).toBeLessThan(Date.now() + 1000);
+    expect(db.prepare(`SELECT count(*) FROM attempts WHERE event_id = ?`).pluck().get(ids.dead1)).toBe(1);
+    expect(row(ids.dead2).status).toBe('dead');
+  });
+
+  it('human output says what happens next', async () => {
+    const r = await runCli(['replay', '-c', config, String(ids.done), String(ids.dead2)]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('Replayed 2 event(s)');
+    expect(r.stdout).toContain(`${ids.done}  stripe/evt_done (was done)`);
+    expect(r.stdout).toContain('Effects already done stay skipped (add --force');
+    expect(row(ids.done).status).toBe('pending');
+  });
+
+  it('by --source and --delivery', async () => {
+    const r = await runCli(['replay', '-c', config, '--source', 'stripe', '--delivery', 'evt_done', '--json']);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout).replayed).toEqual([{ id: ids.done, source: 'stripe', deliveryId: 'evt_done', previousStatus: 'done', force: false }]);
+    expect(row(ids.done).status).toBe('pending');
+    const unknown = await runCli(['replay', '-c', config, '--source', 'stripe', '--delivery', 'evt_nope']);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toContain('no event from source "stripe" with delivery id "evt_nope"');
+  });
+
+  it('--dead replays every dead event and nothing else', async () => {
+    const r = await runCli(['replay', '-c', config, '--dead', '--json']);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout).replayed.map((e: { id: number }) => e.id)).toEqual([ids.dead1, ids.dead2]);
+    expect([row(ids.dead1).status, row(ids.dead2).status, row(ids.done).status, row(ids.live).status]).toEqual(['pending', 'pending', 'done', 'processing']);
+    const none = await runCli(['replay', '-c', config, '--dead']);
+    expect(none.code).toBe(0);
+    expect(none.stdout).toBe('No dead events to replay.\n');
+  });
+
+  it('--force sets force_effects so the drain re-runs effects already done', async () => {
+    const r = await runCli(['replay', '-c', config, String(ids.done), '--force']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('Forced: effects whose key is already done run again');
+    expect(row(ids.done)).toMatchObject({ status: 'pending', force_effects: 1 });
+  });
+
+  it('an unknown id: clear message, exit 1, and nothing replayed (not even the valid ids beside it)', async () => {
+    const r = await runCli(['replay', '-c', config, String(ids.dead1), '424242']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('nothing was replayed: event 424242 does not exist');
+    expect(row(ids.dead1).status).toBe('dead');
+  });
+
+  it('an event being processed right now: clear message naming the lease, exit 1; once its lease expired it can be replayed', async () => {
+    const r = await runCli(['replay', '-c', config, String(ids.live), '--json']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`event ${ids.live} is being processed right now (lease held by drain-a until`);
+    expect(r.stderr).toContain('Try: wait until it finishes');
+    expect(JSON.parse(r.stdout)).toEqual({ replayed: [], refused: [{ id: ids.live, reason: 'processing', leaseOwner: 'drain-a', leaseExpiresAt: expect.any(String) }] });
+    expect(row(ids.live).status).toBe('processing');
+
+    db.prepare(`UPDATE events SET lease_expires_at = ? WHERE id = ?`).run(now - 1000, ids.live);
+    const later = await runCli(['replay', '-c', config, String(ids.live)]);
+    expect(later.code).toBe(0);
+    expect(row(ids.live)).toMatchObject({ status: 'pending', lease_owner: null });
+  });
+
+  it('usage errors (exit 2): no target, two targets, a bad id, --source without --delivery', async () => {
+    for (const args of [[], [String(ids.done), '--dead'], ['abc'], ['--source', 'stripe']]) {
+      const r = await runCli(['replay', '-c', config, ...args]);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr).toMatch(/Error: .*(exactly one of|not an event id|--delivery is missing)/);
+    }
+    expect(row(ids.done).status).toBe('done');
+  });
+});

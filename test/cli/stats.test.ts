@@ -1,0 +1,70 @@
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type Database from 'better-sqlite3';
+import { runCli, tempDir, writeConfig } from '../helpers.js';
+import { HOUR, insertConflict, insertEffect, insertEvent, seedDb } from '../store/ops-seed.js';
+
+/** `receiver stats` as a subprocess: the JSON document's shape and figures. */
+describe('receiver stats', () => {
+  const tmp = tempDir();
+  let config: string;
+  let db: Database.Database;
+  const now = Date.now();
+
+  beforeAll(() => {
+    config = writeConfig(tmp.dir, {
+      sources: {
+        stripe: { provider: 'stripe', secret: 'whsec_test' },
+        github: { provider: 'github', secret: 'gh', retryHorizonHours: 8 },
+        polar: { provider: 'standard-webhooks', secret: 'whsec_dGVzdA==' },
+      },
+    });
+    db = seedDb(join(tmp.dir, 'receiver.db'));
+    insertEvent(db, { deliveryId: 'a', status: 'done', receivedAt: now - 10 * HOUR, duplicates: 3 });
+    const dead = insertEvent(db, { deliveryId: 'b', status: 'dead', receivedAt: now - 5 * HOUR });
+    insertEvent(db, { deliveryId: 'c', status: 'pending', receivedAt: now - HOUR, duplicates: 1 });
+    insertEvent(db, { source: 'github', deliveryId: 'd', status: 'processing', receivedAt: now - 20 * HOUR, leaseOwner: 'gone', leaseExpiresAt: now - 2 * HOUR });
+    insertEvent(db, { source: 'github', deliveryId: 'e', status: 'processing', receivedAt: now - HOUR, leaseOwner: 'live', leaseExpiresAt: now + HOUR });
+    // A source no longer in the configuration still shows.
+    insertEvent(db, { source: 'old-shop', deliveryId: 'f', status: 'done', receivedAt: now - HOUR });
+    insertConflict(db, dead, now);
+    insertConflict(db, dead, now);
+    insertEffect(db, { effectKey: 'licence:1', eventId: dead, at: now });
+  });
+  afterAll(() => {
+    db.close();
+    tmp.cleanup();
+  });
+
+  it('--json: counts by status, duplicates, conflicts, dead, stuck claims and oldest key age against each horizon', async () => {
+    const r = await runCli(['stats', '-c', config, '--json']);
+    expect(r.code).toBe(0);
+    expect(r.stderr).toBe('');
+    const s = JSON.parse(r.stdout);
+    expect(s).toEqual({
+      at: expect.any(String),
+      events: { pending: 1, processing: 2, done: 2, dead: 1, total: 6 },
+      duplicates: 4,
+      conflicts: 2,
+      dead: 1,
+      stuckClaims: { count: 1, oldestLeaseExpiredAt: new Date(now - 2 * HOUR).toISOString() },
+      sources: [
+        { source: 'github', configured: true, events: 2, oldestReceivedAt: new Date(now - 20 * HOUR).toISOString(), oldestKeyAgeHours: expect.closeTo(20, 0), retryHorizonHours: 8, keysCoverHorizon: true },
+        { source: 'old-shop', configured: false, events: 1, oldestReceivedAt: new Date(now - HOUR).toISOString(), oldestKeyAgeHours: expect.closeTo(1, 0), retryHorizonHours: null, keysCoverHorizon: null },
+        { source: 'polar', configured: true, events: 0, oldestReceivedAt: null, oldestKeyAgeHours: null, retryHorizonHours: 72, keysCoverHorizon: null },
+        { source: 'stripe', configured: true, events: 3, oldestReceivedAt: new Date(now - 10 * HOUR).toISOString(), oldestKeyAgeHours: expect.closeTo(10, 0), retryHorizonHours: 72, keysCoverHorizon: false },
+      ],
+      effects: { running: 0, done: 1, failed: 0 },
+    });
+  });
+
+  it('human output names stuck claims, dead events and the horizons', async () => {
+    const r = await runCli(['stats', '-c', config]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('events: 6 (pending 1, processing 2, done 2, dead 1)');
+    expect(r.stdout).toContain('stuck claims: 1 processing event(s) past their lease');
+    expect(r.stdout).toContain('dead: 1 event(s)');
+    expect(r.stdout).toMatch(/stripe: 10(\.\d)? h old \(3 event\(s\)\), horizon 72 h, younger than the horizon/);
+    expect(r.stdout).toMatch(/github: 20(\.\d)? h old \(2 event\(s\)\), horizon 8 h, covered/);
+  });
+});

@@ -57,3 +57,16 @@ export function createLogger(level: string, destination: number = 2): Logger {
     pino.destination({ fd: destination, sync: true }),
   );
 }
+
+/**
+ * A URL (postgres://, an http effect's) may carry a credential: the password in its
+ * user info, or a query parameter named like one. Logs and check-config show it without.
+ */
+export function redactUrl(url: string): string {
+  return url
+    .replace(/^([a-z][a-z0-9+.-]*:\/\/)([^/?#@]*)@/i, (_m, scheme: string, userinfo: string) => {
+      const colon = userinfo.indexOf(':');
+      return `${scheme}${colon === -1 ? '***' : `${userinfo.slice(0, colon)}:***`}@`;
+    })
+    .replace(/([?&][^=&#]*(?:pass|secret|token|key|sig|auth)[^=&#]*=)[^&#]*/gi, '$1***');
+}

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import type { Config } from '../config/load.js';
-import { redactUrl } from './serve.js';
+import { redactUrl } from '../log.js';
 import { addCommonOptions, configFrom, printJson, type CommonOptions } from './common.js';
 
 /** The resolved configuration with every secret replaced by a count. */

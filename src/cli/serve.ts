@@ -1,5 +1,5 @@
 import { createAdaptorServer } from '@hono/node-server';
-import type { Server } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Command } from 'commander';
 import type { Config } from '../config/load.js';
@@ -7,9 +7,10 @@ import { startDrain, type Drain } from '../drain/loop.js';
 import { createApp } from '../http/app.js';
 import type { DeliveryOutcome } from '../http/ingest.js';
 import { metricsRoute, ReceiverMetrics, type EffectAttemptObservation, type QueueSnapshot } from '../http/metrics.js';
-import { createLogger, type Logger } from '../log.js';
+import { createLogger, redactUrl, type Logger } from '../log.js';
 import { openStore } from '../store/open.js';
 import type { Store } from '../store/types.js';
+import { describeConfig } from './check-config.js';
 import { addCommonOptions, configFrom, type CommonOptions } from './common.js';
 
 interface ServeOptions extends CommonOptions {
@@ -120,6 +121,8 @@ export function serverTimeouts(config: Pick<Config, 'requestTimeoutSeconds'>) {
 export async function serve(options: ServeOptions): Promise<void> {
   const config = configFrom(options);
   const logger = createLogger(config.log.level);
+  // What check-config prints (secrets hidden), for a debug session.
+  logger.debug({ configuration: describeConfig(config) }, 'configuration');
   for (const source of config.sources.values()) {
     if (source.provider.name === 'none') {
       logger.warn({ source: source.name }, `source "${source.name}" uses provider "none": deliveries are NOT verified; use it for local testing only`);
@@ -133,10 +136,11 @@ export async function serve(options: ServeOptions): Promise<void> {
     ...(queue === undefined ? {} : { queue }),
     processMetrics: true,
   });
-  // WIRING POINT (drain's onAttempt): once DrainOptions has `onAttempt`, pass
-  //   onAttempt: (a) => { logAttempt(logger, a); metrics.observeAttempt(a); }
-  // so every effect attempt gets a log line and its counters. See logAttempt below.
-  const drain: Drain | undefined = config.drain.enabled ? startDrain({ config, store, logger }) : undefined;
+  // The drain logs every effect attempt itself (ids, route, effect key, outcome, duration);
+  // here each attempt only feeds the counters.
+  const drain: Drain | undefined = config.drain.enabled
+    ? startDrain({ config, store, logger, onAttempt: (a) => metrics.observeAttempt(a) })
+    : undefined;
   const app = createApp({
     sources: config.sources,
     store,
@@ -151,6 +155,14 @@ export async function serve(options: ServeOptions): Promise<void> {
   });
   const server = createAdaptorServer({ fetch: app.fetch, serverOptions: serverTimeouts(config) }) as Server;
   server.on('error', (e) => logger.error({ err: e }, 'http server error'));
+  // Answers not yet sent, so a shutdown can ask each keep-alive client to disconnect.
+  let stopping = false;
+  const unanswered = new Set<ServerResponse>();
+  server.prependListener('request', (_req: IncomingMessage, res: ServerResponse) => {
+    if (stopping) res.setHeader('connection', 'close');
+    unanswered.add(res);
+    res.once('close', () => unanswered.delete(res));
+  });
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -173,7 +185,6 @@ export async function serve(options: ServeOptions): Promise<void> {
     'listening',
   );
 
-  let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) {
       logger.warn({ signal }, 'already shutting down; send SIGKILL to stop at once');
@@ -187,6 +198,9 @@ export async function serve(options: ServeOptions): Promise<void> {
     //    the row is committed, so every sender that got one has its event stored.
     const closed = new Promise<void>((resolve) => server.close(() => resolve()));
     server.closeIdleConnections();
+    // A keep-alive client would otherwise keep sending on its open connection and hold
+    // close() until the grace period: every answer from now on ends its connection.
+    for (const res of unanswered) if (!res.headersSent) res.setHeader('connection', 'close');
     // Past the grace period, a client still sending (or a stalled one) is cut off; it got
     // no 2xx, so the sender retries and the delivery id deduplicates.
     const force = setTimeout(() => {
@@ -210,17 +224,4 @@ export async function serve(options: ServeOptions): Promise<void> {
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
-}
-
-/**
- * A URL (postgres://, an http effect's) may carry a credential: the password in its
- * user info, or a query parameter named like one. Logs and check-config show it without.
- */
-export function redactUrl(url: string): string {
-  return url
-    .replace(/^([a-z][a-z0-9+.-]*:\/\/)([^/?#@]*)@/i, (_m, scheme: string, userinfo: string) => {
-      const colon = userinfo.indexOf(':');
-      return `${scheme}${colon === -1 ? '***' : `${userinfo.slice(0, colon)}:***`}@`;
-    })
-    .replace(/([?&][^=&#]*(?:pass|secret|token|key|sig|auth)[^=&#]*=)[^&#]*/gi, '$1***');
 }

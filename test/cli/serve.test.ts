@@ -1,0 +1,189 @@
+import Database from 'better-sqlite3';
+import { mkdirSync } from 'node:fs';
+import { connect } from 'node:net';
+import { afterAll, describe, expect, it } from 'vitest';
+import { github } from '../../src/providers/github.js';
+import { startServe, tempDir, writeConfig } from '../helpers.js';
+
+/**
+ * `receiver serve` as a real child process: clean shutdown under load, server timeouts
+ * against a trickling client, the log lines and the log level.
+ */
+
+const SECRET = 'gh-serve-secret-0b1f';
+const source = { provider: 'github', secret: 'env:SERVE_TEST_GH_SECRET' };
+const env = { SERVE_TEST_GH_SECRET: SECRET };
+
+let n = 0;
+async function deliver(url: string, body = JSON.stringify({ ref: 'refs/heads/main', n: n++ })): Promise<{ status: number; text: string }> {
+  const signed = github.sign(Buffer.from(body), SECRET, Date.now(), undefined as never, url);
+  const res = await fetch(`${url}/webhooks/gh`, { method: 'POST', headers: { 'content-type': 'application/json', ...signed.headers }, body });
+  return { status: res.status, text: await res.text() };
+}
+
+function logLines(stderr: string): Record<string, unknown>[] {
+  return stderr
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
+
+describe('receiver serve (child process)', () => {
+  const tmp = tempDir();
+  afterAll(tmp.cleanup);
+  let k = 0;
+  const configFile = (extra: Record<string, unknown> = {}) => {
+    k += 1;
+    const dir = `${tmp.dir}/${k}`;
+    mkdirSync(dir);
+    return { file: writeConfig(dir, { sources: { gh: source }, ...extra }), db: `${dir}/receiver.db` };
+  };
+
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    it(`${signal} during a load of signed deliveries: every 2xx is stored, exit 0 within the grace period`, async () => {
+      const graceSeconds = 5;
+      const { file, db } = configFile({ shutdownGraceSeconds: graceSeconds });
+      const serve = await startServe(file, { env });
+      const accepted: number[] = [];
+      let failed = 0;
+      let sent = 0;
+      let signalledAt = 0;
+      let resolveSignalled!: () => void;
+      const signalled = new Promise<void>((r) => (resolveSignalled = r));
+      // 16 senders, each sending until the server stops answering (bounded: 3000 requests).
+      const worker = async () => {
+        while (sent < 3000) {
+          sent += 1;
+          try {
+            const r = await deliver(serve.url);
+            if (r.status >= 200 && r.status < 300) accepted.push((JSON.parse(r.text) as { id: number }).id);
+            else failed += 1;
+          } catch {
+            // Connection refused or reset after the signal: no 2xx, so the sender would retry.
+            if (signalledAt > 0) return;
+            failed += 1;
+          }
+          if (accepted.length >= 200 && signalledAt === 0) {
+            signalledAt = Date.now();
+            serve.child.kill(signal);
+            resolveSignalled();
+          }
+        }
+      };
+      const workers = Array.from({ length: 16 }, worker);
+      await signalled;
+      const code = await serve.stop();
+      const tookMs = Date.now() - signalledAt;
+      await Promise.all(workers);
+
+      expect(code).toBe(0);
+      expect(tookMs).toBeLessThan(graceSeconds * 1000);
+      expect(failed).toBe(0); // nothing but 2xx before the signal; after it, refusals only
+      const stored = new Set(new Database(db, { readonly: true }).prepare('SELECT id FROM events').pluck().all() as number[]);
+      const missing = accepted.filter((id) => !stored.has(id));
+      expect(missing).toEqual([]);
+      expect(accepted.length).toBeGreaterThanOrEqual(200);
+      const lines = logLines(serve.output().stderr);
+      expect(lines.some((l) => l.msg === 'shutting down' && l.signal === signal)).toBe(true);
+      expect(lines.at(-1)?.msg).toBe('stopped');
+    });
+  }
+
+  it('a client trickling its body does not delay other senders and is cut off at requestTimeoutSeconds', async () => {
+    const { file } = configFile({ requestTimeoutSeconds: 1 });
+    const serve = await startServe(file, { env });
+    // Ten stalled senders: headers promise 1000 bytes, then one byte every 100 ms.
+    const tricklers = Array.from({ length: 10 }, () => trickle(serve.port));
+    const latencies: number[] = [];
+    for (let i = 0; i < 30; i++) {
+      const t = performance.now();
+      const r = await deliver(serve.url);
+      latencies.push(performance.now() - t);
+      expect(r.status).toBe(202);
+    }
+    const results = await Promise.all(tricklers);
+    await serve.stop();
+    // Other senders are answered at once (generous bound for a loaded CI machine).
+    expect(Math.max(...latencies)).toBeLessThan(500);
+    for (const r of results) {
+      // Cut off close to the 1 s request timeout (checked every 250 ms), well before the body was complete.
+      expect(r.closedAfterMs).toBeGreaterThanOrEqual(900);
+      expect(r.closedAfterMs).toBeLessThan(3000);
+      expect(r.bytesSent).toBeLessThan(1000);
+      expect(r.answer).toMatch(/^(HTTP\/1\.1 408|)/);
+    }
+  });
+
+  it('logs one JSON line per delivery with event id, source, delivery id, status, outcome and duration', async () => {
+    const { file } = configFile();
+    const serve = await startServe(file, { env });
+    const ok = await deliver(serve.url, '{"a":1}');
+    const bad = await fetch(`${serve.url}/webhooks/gh`, { method: 'POST', body: '{}', headers: { 'x-hub-signature-256': 'sha256=00', 'x-github-delivery': 'd-bad' } });
+    expect(ok.status).toBe(202);
+    expect(bad.status).toBe(401);
+    await serve.stop();
+    const deliveries = logLines(serve.output().stderr).filter((l) => l.msg === 'delivery');
+    expect(deliveries).toHaveLength(2);
+    const [first, second] = deliveries;
+    expect(first).toMatchObject({ level: 'info', source: 'gh', outcome: 'accepted', status: 202, eventId: 1, eventType: 'push' });
+    expect(typeof first?.deliveryId).toBe('string');
+    expect(typeof first?.durationMs).toBe('number');
+    expect(typeof first?.time).toBe('string');
+    expect(second).toMatchObject({ level: 'warn', source: 'gh', outcome: 'unauthorized', status: 401, error: 'signature does not match' });
+  });
+
+  it('the log level comes from --log-level, then $RECEIVER_LOG_LEVEL, then log.level', async () => {
+    // At debug, serve logs its resolved configuration (secrets hidden); at info it does not.
+    const debugLogged = async (level: string, options: { env?: NodeJS.ProcessEnv; args?: string[] }) => {
+      const serve = await startServe(configFile({ log: { level } }).file, { ...options, env: { ...env, RECEIVER_LOG_LEVEL: undefined, ...options.env } });
+      await serve.stop();
+      return logLines(serve.output().stderr).some((l) => l.msg === 'configuration' && l.level === 'debug');
+    };
+    expect(await debugLogged('info', {})).toBe(false);
+    expect(await debugLogged('debug', {})).toBe(true);
+    expect(await debugLogged('info', { env: { RECEIVER_LOG_LEVEL: 'debug' } })).toBe(true);
+    expect(await debugLogged('debug', { env: { RECEIVER_LOG_LEVEL: 'info' } })).toBe(false);
+    expect(await debugLogged('info', { env: { RECEIVER_LOG_LEVEL: 'info' }, args: ['--log-level', 'debug'] })).toBe(true);
+    expect(await debugLogged('debug', { args: ['--log-level', 'info'] })).toBe(false);
+  });
+
+  it('GET /healthz answers 200 while the database answers; metrics.enabled false removes /metrics', async () => {
+    const { file } = configFile({ metrics: { enabled: false } });
+    const serve = await startServe(file, { env });
+    const health = await fetch(`${serve.url}/healthz`);
+    const metrics = await fetch(`${serve.url}/metrics`);
+    await serve.stop();
+    expect(health.status).toBe(200);
+    expect(metrics.status).toBe(404);
+  });
+
+  it('binds to 127.0.0.1 by default', async () => {
+    const { file } = configFile();
+    const serve = await startServe(file, { env });
+    await serve.stop();
+    const listening = logLines(serve.output().stderr).find((l) => l.msg === 'listening');
+    expect(listening?.host).toBe('127.0.0.1');
+  });
+});
+
+/** Opens a raw connection, promises 1000 body bytes and trickles one every 100 ms. */
+function trickle(port: number): Promise<{ closedAfterMs: number; bytesSent: number; answer: string }> {
+  return new Promise((resolve) => {
+    const started = Date.now();
+    const socket = connect(port, '127.0.0.1');
+    let bytesSent = 0;
+    let answer = '';
+    socket.write('POST /webhooks/gh HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n');
+    const timer = setInterval(() => {
+      if (!socket.writable) return;
+      socket.write('a');
+      bytesSent += 1;
+    }, 100);
+    socket.on('data', (d: Buffer) => (answer += d.toString()));
+    socket.on('error', () => undefined);
+    socket.on('close', () => {
+      clearInterval(timer);
+      resolve({ closedAfterMs: Date.now() - started, bytesSent, answer });
+    });
+  });
+}

@@ -1,9 +1,119 @@
-import { ReceiverError } from '../../errors.js';
+import type { AttemptRecord, EffectDb, EffectFinish, EffectStart, Lease } from '../drain-types.js';
+import { GroupCommit } from '../group-commit.js';
 import type { OpenStoreOptions } from '../open.js';
-import type { Store } from '../types.js';
+import type { ListEventsQuery, ReplayOptions } from '../ops-types.js';
+import type { IngestResult, NewEvent, Store } from '../types.js';
+import { Conn } from './conn.js';
+import * as drain from './drain.js';
+import { closedError } from './errors.js';
+import { ingestBatch } from './ingest.js';
+import { openPostgres } from './open.js';
+import * as ops from './ops.js';
 
-export const PostgresStore = {
-  async open(_url: string, _options: OpenStoreOptions): Promise<Store> {
-    throw new ReceiverError('config', 'the PostgreSQL store is not built yet', { hint: 'use a SQLite file path for "database"' });
-  },
-};
+/**
+ * The PostgreSQL store: several receivers on several machines share one database.
+ * A small pool per process: ingest holds one connection at a time (group commit, one
+ * transaction per batch), the drain one (a module effect holds it across its handler),
+ * operator commands and health checks the rest.
+ */
+export class PostgresStore implements Store {
+  readonly backend = 'postgres';
+  readonly #conn: Conn;
+  readonly #group: GroupCommit<NewEvent, IngestResult>;
+  #closing = false;
+
+  private constructor(conn: Conn) {
+    this.#conn = conn;
+    this.#group = new GroupCommit((items) => this.#conn.transaction('ingest', (client) => ingestBatch(client, items)));
+  }
+
+  /** Connects, refuses a database written by a newer receiver, migrates an older one. */
+  static async open(url: string, options: OpenStoreOptions): Promise<PostgresStore> {
+    const pool = await openPostgres(url, { busyTimeoutMs: options.busyTimeoutMs });
+    return new PostgresStore(new Conn(pool, options.busyTimeoutMs));
+  }
+
+  ingest(event: NewEvent): Promise<IngestResult> {
+    if (this.#closing) return Promise.reject(closedError('ingest'));
+    return this.#group.submit(event);
+  }
+
+  async ping(): Promise<void> {
+    await this.#conn.query('ping', 'SELECT 1');
+  }
+
+  async close(): Promise<void> {
+    if (this.#closing) return;
+    this.#closing = true;
+    // Batches already submitted still commit and get their answers; new ones are refused.
+    await this.#group.drain();
+    await this.#conn.end();
+  }
+
+  // DrainStore (claims, leases, the effect ledger): see ./drain.ts.
+  claimEvent(owner: string, now: number, leaseMs: number) {
+    return drain.claimEvent(this.#conn, owner, now, leaseMs);
+  }
+  nextDueAt() {
+    return drain.nextDueAt(this.#conn);
+  }
+  renewLease(lease: Lease, now: number, leaseMs: number) {
+    return drain.renewLease(this.#conn, lease, now, leaseMs);
+  }
+  beginEffect(lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number) {
+    return drain.beginEffect(this.#conn, lease, attempt, start, now, leaseMs);
+  }
+  finishEffect(finish: EffectFinish, now: number) {
+    return drain.finishEffect(this.#conn, finish, now);
+  }
+  runTransactionalEffect(lease: Lease, attempt: number, start: EffectStart, handler: (db: EffectDb) => Promise<void>, now: () => number, leaseMs: number) {
+    return drain.runTransactionalEffect(this.#conn, lease, attempt, start, handler, now, leaseMs);
+  }
+  recordAttempt(record: AttemptRecord) {
+    return drain.recordAttempt(this.#conn, record);
+  }
+  completeEvent(lease: Lease, now: number) {
+    return drain.completeEvent(this.#conn, lease, now);
+  }
+  retryEvent(lease: Lease, error: string, nextAttemptAt: number) {
+    return drain.retryEvent(this.#conn, lease, error, nextAttemptAt);
+  }
+  buryEvent(lease: Lease, error: string, now: number) {
+    return drain.buryEvent(this.#conn, lease, error, now);
+  }
+
+  // OpsStore (purge, replay, events, stats): see ./ops.ts.
+  countPurgeable(receivedBefore: number) {
+    return ops.countPurgeable(this.#conn, receivedBefore);
+  }
+  purgeBatch(receivedBefore: number, limit: number) {
+    return ops.purgeBatch(this.#conn, receivedBefore, limit);
+  }
+  countBodiesDroppable(receivedBefore: number) {
+    return ops.countBodiesDroppable(this.#conn, receivedBefore);
+  }
+  dropBodiesBatch(receivedBefore: number, limit: number) {
+    return ops.dropBodiesBatch(this.#conn, receivedBefore, limit);
+  }
+  findEventId(source: string, deliveryId: string) {
+    return ops.findEventId(this.#conn, source, deliveryId);
+  }
+  replayEvents(eventIds: readonly number[], options: ReplayOptions) {
+    return ops.replayEvents(this.#conn, eventIds, options);
+  }
+  replayDead(options: ReplayOptions) {
+    return ops.replayDead(this.#conn, options);
+  }
+  listEvents(query: ListEventsQuery) {
+    return ops.listEvents(this.#conn, query);
+  }
+  getEvent(eventId: number) {
+    return ops.getEvent(this.#conn, eventId);
+  }
+  stats(now: number) {
+    return ops.stats(this.#conn, now);
+  }
+  queueStats() {
+    return ops.queueStats(this.#conn);
+  }
+}

@@ -1,0 +1,103 @@
+/**
+ * Versioned PostgreSQL migrations. `schema_version` holds one row per applied migration;
+ * the database is at the highest version in it. Never edit a released migration: add the
+ * next one. The tables mirror the SQLite schema (src/store/sqlite/migrations.ts), column
+ * for column, so one row mapping serves both; times are milliseconds since the epoch
+ * (bigint), as on SQLite, because they are always passed in (tests move time in SQL).
+ *
+ * Differences from SQLite, each for a reason:
+ * - events: PRIMARY KEY (source, delivery_id) is the dedupe decision
+ *   (`INSERT ... ON CONFLICT DO NOTHING`); `id` is a separate identity, the receiver's
+ *   event id, unique and used by replay, `events show` and the drain's arrival order.
+ * - a BRIN index on received_at for purge: rows arrive in received_at order, so a
+ *   block-range index is tiny and finds old rows without a B-tree on every insert.
+ * - headers and extra_ids are jsonb; body is bytea.
+ * - events_due is ordered by id (the drain's claim order), not by next_attempt_at.
+ */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+export const migrations: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'initial',
+    sql: `
+CREATE TABLE events (
+  id bigint GENERATED ALWAYS AS IDENTITY,
+  source text NOT NULL,
+  delivery_id text NOT NULL,
+  event_type text NOT NULL,
+  status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'processing', 'done', 'dead')),
+  received_at bigint NOT NULL,
+  headers jsonb,
+  body bytea,
+  body_sha256 text NOT NULL,
+  extra_ids jsonb,
+  response_status integer NOT NULL,
+  response_body text,
+  duplicates integer NOT NULL DEFAULT 0,
+  attempts integer NOT NULL DEFAULT 0,
+  next_attempt_at bigint NOT NULL,
+  lease_owner text,
+  lease_expires_at bigint,
+  last_error text,
+  finished_at bigint,
+  force_effects integer NOT NULL DEFAULT 0,
+  PRIMARY KEY (source, delivery_id),
+  UNIQUE (id)
+);
+CREATE INDEX events_received_brin ON events USING brin (received_at);
+-- The drain claims the oldest due pending event by id: walk pending ids in order.
+CREATE INDEX events_due ON events (id) INCLUDE (next_attempt_at) WHERE status = 'pending';
+CREATE INDEX events_leased ON events (lease_expires_at) WHERE status = 'processing';
+-- Tiered retention (purge --bodies-days) finds finished events that still carry a body.
+CREATE INDEX events_finished_bodies ON events (received_at) WHERE status = 'done' AND body IS NOT NULL;
+CREATE INDEX events_dead ON events (id) WHERE status = 'dead';
+CREATE TABLE conflicts (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  event_id bigint NOT NULL,
+  source text NOT NULL,
+  delivery_id text NOT NULL,
+  received_at bigint NOT NULL,
+  body_sha256 text NOT NULL,
+  headers jsonb,
+  body bytea
+);
+CREATE INDEX conflicts_event ON conflicts (event_id);
+CREATE TABLE effects (
+  effect_key text PRIMARY KEY,
+  route text NOT NULL,
+  business_key text NOT NULL,
+  status text NOT NULL CHECK (status IN ('running', 'done', 'failed')),
+  event_id bigint,
+  version text,
+  runs integer NOT NULL DEFAULT 0,
+  run_token text,
+  started_at bigint,
+  finished_at bigint,
+  last_error text,
+  forced_runs integer NOT NULL DEFAULT 0
+);
+CREATE TABLE attempts (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  event_id bigint NOT NULL,
+  attempt integer NOT NULL,
+  route text NOT NULL,
+  effect_key text,
+  started_at bigint NOT NULL,
+  finished_at bigint,
+  outcome text NOT NULL,
+  error text,
+  output text,
+  forced integer NOT NULL DEFAULT 0
+);
+CREATE INDEX attempts_event ON attempts (event_id);
+CREATE INDEX attempts_effect ON attempts (effect_key);
+`,
+  },
+];
+
+export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

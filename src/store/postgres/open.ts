@@ -1,0 +1,127 @@
+import pg from 'pg';
+import { ReceiverError } from '../../errors.js';
+import { postgresError } from './errors.js';
+import { LATEST_VERSION, migrations } from './migrations.js';
+
+export type Pool = pg.Pool;
+export type PoolClient = pg.PoolClient;
+
+export interface PostgresOpenOptions {
+  /** How long a statement may wait for a lock, or a caller for a connection, before 503. */
+  busyTimeoutMs: number;
+  /** Connections per process. Ingest holds one at a time (group commit), the drain one. */
+  poolSize?: number;
+}
+
+/** Any constant: serialises migrations between receivers starting at the same time. */
+const MIGRATION_LOCK = 0x72656376; // "recv"
+
+/**
+ * bigint (int8) columns are ids, counts and millisecond times, all far below 2^53:
+ * parsed as numbers for this pool only (the global pg.types stay untouched).
+ */
+const types = {
+  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+    oid === pg.types.builtins.INT8 && format !== 'binary' ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+};
+
+/** The URL with any password hidden, for messages and logs. */
+export function redactUrl(url: string): string {
+  return url.replace(/\/\/([^:/@]+):[^@]*@/, '//$1:***@');
+}
+
+export function createPool(url: string, options: PostgresOpenOptions): Pool {
+  // 0 means "no limit" to PostgreSQL; for us it means "do not wait", so 1 ms.
+  const lockTimeout = Math.max(1, options.busyTimeoutMs);
+  const statementTimeout = Math.max(1000, options.busyTimeoutMs);
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: options.poolSize ?? 4,
+    connectionTimeoutMillis: Math.max(1000, options.busyTimeoutMs),
+    idleTimeoutMillis: 30_000,
+    // Server side: a lock wait or a statement past the busy timeout fails (-> 503).
+    lock_timeout: lockTimeout,
+    statement_timeout: statementTimeout,
+    // Client side: a server that stopped answering (network gone) also fails, a bit later.
+    query_timeout: statementTimeout + 5000,
+    keepAlive: true,
+    application_name: 'receiver',
+    // A 202 is sent only after COMMIT is flushed: refuse a server default of "off".
+    options: '-c synchronous_commit=on',
+    types,
+  });
+  // An idle connection dropped by the server (restart, 57P01) must not crash the process;
+  // the pool discards it and the next query opens a new one.
+  pool.on('error', () => {});
+  return pool;
+}
+
+/**
+ * Opens a pool on `url`, refusing a database written by a newer receiver before anything
+ * writes to it, then applies missing migrations (one transaction each, under an advisory
+ * lock, so several receivers starting together migrate once).
+ */
+export async function openPostgres(url: string, options: PostgresOpenOptions): Promise<Pool> {
+  const pool = createPool(url, options);
+  try {
+    const client = await pool.connect();
+    try {
+      await migrate(client, url);
+    } finally {
+      client.release();
+    }
+    return pool;
+  } catch (e) {
+    await pool.end().catch(() => {});
+    if (e instanceof ReceiverError) throw e;
+    throw postgresError(e, `cannot open database ${redactUrl(url)}`);
+  }
+}
+
+async function currentVersion(client: PoolClient): Promise<number> {
+  const table = await client.query<{ t: string | null }>(`SELECT to_regclass('schema_version')::text AS t`);
+  if (table.rows[0]?.t === null || table.rows[0]?.t === undefined) return 0;
+  const v = await client.query<{ v: number }>('SELECT coalesce(max(version), 0)::bigint AS v FROM schema_version');
+  return v.rows[0]?.v ?? 0;
+}
+
+function newerError(url: string, version: number): ReceiverError {
+  return new ReceiverError(
+    'schema',
+    `database ${redactUrl(url)} was written by a newer receiver (schema version ${version}; this receiver knows up to ${LATEST_VERSION}). It was not changed.`,
+    { hint: 'upgrade receiver to the version that wrote this database' },
+  );
+}
+
+async function migrate(client: PoolClient, url: string): Promise<void> {
+  // Read before any write: a newer database stays untouched.
+  const found = await currentVersion(client);
+  if (found > LATEST_VERSION) throw newerError(url, found);
+  if (found === LATEST_VERSION) return;
+  for (const m of migrations) {
+    if (m.version <= found) continue;
+    await client.query('BEGIN');
+    try {
+      // A migration may rewrite a big table, and may wait for another receiver's migration.
+      await client.query(`SET LOCAL statement_timeout = 0`);
+      await client.query(`SET LOCAL lock_timeout = '60s'`);
+      await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
+      await client.query(`CREATE TABLE IF NOT EXISTS schema_version (
+        version integer PRIMARY KEY,
+        name text NOT NULL,
+        applied_at timestamptz NOT NULL DEFAULT now()
+      )`);
+      // Re-read under the lock: another receiver may have migrated meanwhile.
+      const version = await currentVersion(client);
+      if (version > LATEST_VERSION) throw newerError(url, version);
+      if (version < m.version) {
+        await client.query(m.sql);
+        await client.query('INSERT INTO schema_version (version, name) VALUES ($1, $2)', [m.version, m.name]);
+      }
+      await client.query('COMMIT');
+    } catch (e) {
+      await client.query('ROLLBACK').catch(() => {});
+      throw e;
+    }
+  }
+}

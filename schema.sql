@@ -80,3 +80,5 @@ CREATE INDEX events_finished ON events (received_at) WHERE status = 'done';
 CREATE INDEX events_finished_bodies ON events (received_at) WHERE status = 'done' AND body IS NOT NULL;
 
 CREATE INDEX events_leased ON events (lease_expires_at) WHERE status = 'processing';
+
+CREATE INDEX events_pending ON events (id, next_attempt_at) WHERE status = 'pending';

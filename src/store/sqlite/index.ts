@@ -3,6 +3,8 @@ import { GroupCommit } from '../group-commit.js';
 import type { IngestResult, NewEvent, Store } from '../types.js';
 import { isBusy, sqliteError } from './errors.js';
 import { ingestOne, ingestStatements } from './ingest.js';
+import * as drain from './drain.js';
+import type { AttemptRecord, EffectDb, EffectFinish, EffectStart, Lease } from '../drain-types.js';
 import * as ops from './ops.js';
 import type { ListEventsQuery, ReplayOptions } from '../ops-types.js';
 import { openSqlite, type Db } from './open.js';
@@ -26,6 +28,8 @@ export class SqliteStore implements Store {
   readonly #ingest: ReturnType<typeof ingestStatements>;
   readonly #group: GroupCommit<NewEvent, IngestResult>;
   #closed = false;
+  /** The drain's own connection, opened on first use (CLI commands never open it). */
+  #drain: drain.DrainConnection | undefined;
 
   constructor(path: string, options: SqliteStoreOptions) {
     this.#path = path;
@@ -101,10 +105,48 @@ export class SqliteStore implements Store {
     return ops.stats(this.db, now);
   }
 
+  // DrainStore (claims, leases, the effect ledger): see ./drain.ts.
+  get #drainConnection(): drain.DrainConnection {
+    if (this.#closed) throw sqliteError(new TypeError('The database connection is not open'), 'drain');
+    this.#drain ??= { db: openSqlite(this.#path, { busyTimeoutMs: this.#options.blockingBusyMs ?? this.#options.busyTimeoutMs }), busyTimeoutMs: this.#options.busyTimeoutMs };
+    return this.#drain;
+  }
+  claimEvent(owner: string, now: number, leaseMs: number) {
+    return drain.claimEvent(this.#drainConnection, owner, now, leaseMs);
+  }
+  nextDueAt() {
+    return drain.nextDueAt(this.#drainConnection);
+  }
+  renewLease(lease: Lease, now: number, leaseMs: number) {
+    return drain.renewLease(this.#drainConnection, lease, now, leaseMs);
+  }
+  beginEffect(lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number) {
+    return drain.beginEffect(this.#drainConnection, lease, attempt, start, now, leaseMs);
+  }
+  finishEffect(finish: EffectFinish, now: number) {
+    return drain.finishEffect(this.#drainConnection, finish, now);
+  }
+  runTransactionalEffect(lease: Lease, attempt: number, start: EffectStart, handler: (db: EffectDb) => Promise<void>, now: () => number, leaseMs: number) {
+    return drain.runTransactionalEffect(this.#drainConnection, lease, attempt, start, handler, now, leaseMs);
+  }
+  recordAttempt(record: AttemptRecord) {
+    return drain.recordAttempt(this.#drainConnection, record);
+  }
+  completeEvent(lease: Lease, now: number) {
+    return drain.completeEvent(this.#drainConnection, lease, now);
+  }
+  retryEvent(lease: Lease, error: string, nextAttemptAt: number) {
+    return drain.retryEvent(this.#drainConnection, lease, error, nextAttemptAt);
+  }
+  buryEvent(lease: Lease, error: string, now: number) {
+    return drain.buryEvent(this.#drainConnection, lease, error, now);
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     await this.#group.drain();
     this.#closed = true;
+    this.#drain?.db.close();
     this.db.close();
   }
 }

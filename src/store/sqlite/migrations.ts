@@ -38,6 +38,8 @@ CREATE TABLE events (
   UNIQUE (source, delivery_id)
 );
 CREATE INDEX events_due ON events (next_attempt_at, id) WHERE status = 'pending';
+-- The drain claims the oldest due event in id order: walk pending events by id, stop at the first due.
+CREATE INDEX events_pending ON events (id, next_attempt_at) WHERE status = 'pending';
 CREATE INDEX events_leased ON events (lease_expires_at) WHERE status = 'processing';
 CREATE INDEX events_finished ON events (received_at) WHERE status = 'done';
 -- Tiered retention (purge --bodies-days) finds finished events that still carry a body.

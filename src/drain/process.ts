@@ -1,0 +1,218 @@
+import { randomUUID } from 'node:crypto';
+import type { Config } from '../config/load.js';
+import type { RouteConfig } from '../config/schema.js';
+import { runExec } from '../effects/exec.js';
+import { runHttp } from '../effects/http.js';
+import { callHandler, loadHandler, modulePath, type ModuleEvent } from '../effects/module.js';
+import { planEffects, templateContext, type PlannedEffect } from '../effects/routes.js';
+import type { EffectResult } from '../effects/types.js';
+import type { Logger } from '../log.js';
+import type { ClaimedEvent, DrainStore, EffectStart } from '../store/drain-types.js';
+import { nextAttemptAt } from './backoff.js';
+
+/** One attempt of one route for one event, as logs and metrics see it. */
+export interface AttemptOutcome {
+  eventId: number;
+  source: string;
+  deliveryId: string;
+  eventType: string;
+  attempt: number;
+  route: string;
+  effectKey?: string | undefined;
+  /** ok, failed (retryable or not), skipped (key already done), stale (older version), busy (running elsewhere). */
+  outcome: 'ok' | 'failed' | 'skipped' | 'stale' | 'busy';
+  forced: boolean;
+  durationMs: number;
+  error?: string | undefined;
+}
+
+/** What became of the event after this claim. `lost`: the lease was taken over; nothing was changed. */
+export interface EventOutcome {
+  eventId: number;
+  attempt: number;
+  status: 'done' | 'retry' | 'dead' | 'lost' | 'interrupted';
+  nextAttemptAt?: number | undefined;
+  error?: string | undefined;
+}
+
+export interface ProcessContext {
+  config: Config;
+  store: DrainStore;
+  logger: Logger;
+  now: () => number;
+  random: () => number;
+  leaseMs: number;
+  /** The environment exec effects start from (effectEnvironment). */
+  execEnv: NodeJS.ProcessEnv;
+  onAttempt?: ((a: AttemptOutcome) => void) | undefined;
+  onEvent?: ((e: EventOutcome) => void) | undefined;
+}
+
+interface Failure {
+  route: string;
+  error: string;
+  retryable: boolean;
+  retryAfterMs?: number | undefined;
+}
+
+type RouteResult = { lost: true } | { lost: false; failure?: Failure };
+
+/**
+ * Runs every matching route's effect for one claimed event, then settles the event: done,
+ * a retry after backoff, or dead. Each route is its own effect under its own key; a route
+ * that is done is skipped by the ledger when the event comes back after another's failure.
+ */
+export async function processEvent(ctx: ProcessContext, event: ClaimedEvent, signal: AbortSignal): Promise<EventOutcome> {
+  const tctx = templateContext(event);
+  const failures: Failure[] = [];
+  for (const plan of planEffects(ctx.config.routes, event, tctx)) {
+    if (plan.kind === 'failure') {
+      const at = ctx.now();
+      await ctx.store.recordAttempt({ eventId: event.id, attempt: event.attempt, route: plan.route.name, outcome: 'failed', error: plan.error, startedAt: at, finishedAt: at });
+      report(ctx, event, plan.route.name, undefined, 'failed', false, 0, plan.error);
+      failures.push({ route: plan.route.name, error: plan.error, retryable: true });
+      continue;
+    }
+    const r = await runRoute(ctx, event, plan, tctx.body, signal);
+    // Past the shutdown grace: whatever ran is left to its lease (the ledger shows it running).
+    if (signal.aborted) return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: 'interrupted' });
+    if (r.lost) return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: 'lost' });
+    if (r.failure !== undefined) failures.push(r.failure);
+  }
+
+  const now = ctx.now();
+  if (failures.length === 0) {
+    const held = await ctx.store.completeEvent(event.lease, now);
+    return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: held ? 'done' : 'lost' });
+  }
+  const error = failures.map((f) => `${f.route}: ${f.error}`).join('; ');
+  const permanent = failures.some((f) => !f.retryable);
+  if (permanent || event.attempt >= ctx.config.retry.maxAttempts) {
+    const why = permanent ? error : `${error} (gave up after ${event.attempt} attempts)`;
+    const held = await ctx.store.buryEvent(event.lease, why, now);
+    return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: held ? 'dead' : 'lost', error: why });
+  }
+  const retryAfterMs = Math.max(0, ...failures.map((f) => f.retryAfterMs ?? 0));
+  const at = nextAttemptAt(now, event.attempt, ctx.config.retry, ctx.random, retryAfterMs > 0 ? retryAfterMs : undefined);
+  const held = await ctx.store.retryEvent(event.lease, error, at);
+  return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: held ? 'retry' : 'lost', nextAttemptAt: at, error });
+}
+
+async function runRoute(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedEffect, json: unknown, signal: AbortSignal): Promise<RouteResult> {
+  const route = plan.route;
+  const start: EffectStart = {
+    route: route.name,
+    businessKey: plan.businessKey,
+    effectKey: plan.effectKey,
+    version: plan.version,
+    runToken: randomUUID(),
+    force: event.forceEffects,
+  };
+  const t0 = performance.now();
+  const elapsed = () => performance.now() - t0;
+  const timeoutMs = route.effect.timeoutSeconds * 1000;
+
+  if (route.effect.module !== undefined) {
+    const path = modulePath(route.effect.module, ctx.config.file);
+    let handler;
+    try {
+      handler = await loadHandler(path);
+    } catch (e) {
+      const error = `cannot load module ${route.effect.module}: ${(e as Error).message}`;
+      const at = ctx.now();
+      await ctx.store.recordAttempt({ eventId: event.id, attempt: event.attempt, route: route.name, effectKey: plan.effectKey, outcome: 'failed', error, startedAt: at, finishedAt: at });
+      report(ctx, event, route.name, plan.effectKey, 'failed', false, elapsed(), error);
+      return { lost: false, failure: { route: route.name, error, retryable: true } };
+    }
+    const moduleEvent: ModuleEvent = { ...eventView(event), json };
+    const r = await ctx.store.runTransactionalEffect(
+      event.lease,
+      event.attempt,
+      start,
+      (db) => callHandler(handler, moduleEvent, { event: moduleEvent, route: route.name, key: plan.businessKey, effectKey: plan.effectKey, attempt: event.attempt, db }, timeoutMs, signal),
+      ctx.now,
+      ctx.leaseMs,
+    );
+    if (r.action === 'lost') return { lost: true };
+    if (r.action === 'failed') {
+      report(ctx, event, route.name, plan.effectKey, 'failed', start.force, elapsed(), r.error);
+      return { lost: false, failure: { route: route.name, error: r.error, retryable: true } };
+    }
+    report(ctx, event, route.name, plan.effectKey, r.action, start.force && r.action === 'ok', elapsed(), errorOf(r));
+    return r.action === 'busy' ? { lost: false, failure: busyFailure(route, r.heldByEventId, plan.effectKey) } : { lost: false };
+  }
+
+  // External effects: the ledger says "running" (committed) before anything acts.
+  const d = await ctx.store.beginEffect(event.lease, event.attempt, start, ctx.now(), ctx.leaseMs);
+  if (d.action === 'lost') return { lost: true };
+  if (d.action !== 'run') {
+    report(ctx, event, route.name, plan.effectKey, d.action, false, elapsed(), errorOf(d));
+    return d.action === 'busy' ? { lost: false, failure: busyFailure(route, d.heldByEventId, plan.effectKey) } : { lost: false };
+  }
+  const result = await runExternal(ctx, event, plan, timeoutMs, signal);
+  if (signal.aborted) return { lost: false };
+  await ctx.store.finishEffect(
+    {
+      attemptId: d.attemptId,
+      effectKey: plan.effectKey,
+      runToken: start.runToken,
+      outcome: result.ok ? 'ok' : 'failed',
+      error: result.ok ? undefined : result.error,
+      output: result.output,
+      version: plan.version,
+      wasDone: d.wasDone,
+    },
+    ctx.now(),
+  );
+  const forced = d.wasDone && start.force;
+  if (result.ok) {
+    report(ctx, event, route.name, plan.effectKey, 'ok', forced, elapsed());
+    return { lost: false };
+  }
+  report(ctx, event, route.name, plan.effectKey, 'failed', forced, elapsed(), result.error);
+  return { lost: false, failure: { route: route.name, error: result.error, retryable: result.retryable, retryAfterMs: result.retryAfterMs } };
+}
+
+function runExternal(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedEffect, timeoutMs: number, signal: AbortSignal): Promise<EffectResult> {
+  const effect = plan.route.effect;
+  if (effect.exec !== undefined) {
+    return runExec({ argv: effect.exec, event: eventView(event), businessKey: plan.businessKey, effectKey: plan.effectKey, attempt: event.attempt, baseEnv: ctx.execEnv, timeoutMs, signal });
+  }
+  if (effect.http !== undefined) {
+    return runHttp({ url: effect.http.url, headers: effect.http.headers, event: eventView(event), effectKey: plan.effectKey, attempt: event.attempt, timeoutMs, now: ctx.now(), signal });
+  }
+  return Promise.resolve({ ok: false, retryable: false, error: 'route has no effect' });
+}
+
+function eventView(e: ClaimedEvent) {
+  return { id: e.id, source: e.source, deliveryId: e.deliveryId, eventType: e.eventType, headers: e.headers, body: e.body, receivedAt: e.receivedAt };
+}
+
+function busyFailure(route: RouteConfig, heldBy: number, effectKey: string): Failure {
+  return { route: route.name, error: `effect ${effectKey} is running for event ${heldBy}; will look again`, retryable: true };
+}
+
+function errorOf(d: { action: string; appliedVersion?: string; heldByEventId?: number }): string | undefined {
+  if (d.action === 'stale') return `older than the applied version ${d.appliedVersion ?? ''}`;
+  if (d.action === 'busy') return `running for event ${d.heldByEventId ?? ''}`;
+  return undefined;
+}
+
+function report(ctx: ProcessContext, e: ClaimedEvent, route: string, effectKey: string | undefined, outcome: AttemptOutcome['outcome'], forced: boolean, durationMs: number, error?: string): void {
+  const a: AttemptOutcome = { eventId: e.id, source: e.source, deliveryId: e.deliveryId, eventType: e.eventType, attempt: e.attempt, route, effectKey, outcome, forced, durationMs: Math.round(durationMs * 100) / 100, error };
+  // Ids, keys and outcome only: never the body, headers or an effect's output (they may hold secrets).
+  if (outcome === 'failed') ctx.logger.warn(a, 'effect attempt');
+  else ctx.logger.info(a, 'effect attempt');
+  ctx.onAttempt?.(a);
+}
+
+function settle(ctx: ProcessContext, e: ClaimedEvent, o: EventOutcome): EventOutcome {
+  const fields = { eventId: e.id, source: e.source, deliveryId: e.deliveryId, attempt: e.attempt, status: o.status, nextAttemptAt: o.nextAttemptAt, error: o.error };
+  if (o.status === 'lost') ctx.logger.warn(fields, 'event lease lost: another drain took it over; nothing changed');
+  else if (o.status === 'dead') ctx.logger.error(fields, 'event dead');
+  else if (o.status === 'retry') ctx.logger.warn(fields, 'event will be retried');
+  else if (o.status === 'interrupted') ctx.logger.warn(fields, 'event left to its lease: the receiver stopped mid-effect');
+  else ctx.logger.debug(fields, 'event done');
+  ctx.onEvent?.(o);
+  return o;
+}

@@ -1,0 +1,69 @@
+import { dirname, isAbsolute, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type { EffectDb } from '../store/drain-types.js';
+import type { EffectEvent } from './types.js';
+
+/** What a module effect's default export receives as its first argument. */
+export interface ModuleEvent extends EffectEvent {
+  /** The body parsed as JSON (or form fields); undefined when it does not parse. */
+  json: unknown;
+}
+
+/** The second argument: the keys, the attempt, and the receiver's database inside the effect's transaction. */
+export interface ModuleContext {
+  event: ModuleEvent;
+  route: string;
+  /** The business key. */
+  key: string;
+  effectKey: string;
+  attempt: number;
+  /**
+   * Writes here commit in the same transaction that marks the effect done, and roll back
+   * with it if the handler throws. Await every call; the handle is closed afterwards.
+   */
+  db: EffectDb;
+}
+
+export type ModuleHandler = (event: ModuleEvent, ctx: ModuleContext) => unknown;
+
+const loaded = new Map<string, Promise<ModuleHandler>>();
+
+/** Resolves a route's `module` relative to the configuration file's directory. */
+export function modulePath(spec: string, configFile: string): string {
+  return isAbsolute(spec) ? spec : resolve(dirname(resolve(configFile)), spec);
+}
+
+/** Imports a module effect once; its default export must be a function. */
+export function loadHandler(path: string): Promise<ModuleHandler> {
+  let p = loaded.get(path);
+  if (p === undefined) {
+    p = import(pathToFileURL(path).href).then((m: { default?: unknown }) => {
+      if (typeof m.default !== 'function') throw new Error(`module ${path} has no default export function (export default async function (event, ctx) { ... })`);
+      return m.default as ModuleHandler;
+    });
+    // A failed import (a typo being fixed) is tried again on the next attempt.
+    p.catch(() => loaded.delete(path));
+    loaded.set(path, p);
+  }
+  return p;
+}
+
+/**
+ * Calls the handler, rejecting at `timeoutMs` or on `signal`. The store then rolls the
+ * transaction back and closes `db`, so a handler still running after that cannot write.
+ */
+export async function callHandler(handler: ModuleHandler, event: ModuleEvent, ctx: ModuleContext, timeoutMs: number, signal?: AbortSignal): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
+  const limit = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`module timed out after ${timeoutMs / 1000}s; its writes were rolled back`)), timeoutMs);
+    onAbort = () => reject(new Error('module aborted: the receiver is shutting down; its writes were rolled back'));
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    await Promise.race([Promise.resolve().then(() => handler(event, ctx)), limit]);
+  } finally {
+    clearTimeout(timer);
+    if (onAbort !== undefined) signal?.removeEventListener('abort', onAbort);
+  }
+}

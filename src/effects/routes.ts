@@ -1,0 +1,59 @@
+import type { RouteConfig } from '../config/schema.js';
+import { globMatch, matchesFilter, parseBody, resolveTemplate, type TemplateContext } from '../template.js';
+import type { EffectEvent } from './types.js';
+
+/** One route's effect for one event, with its keys resolved. */
+export interface PlannedEffect {
+  kind: 'effect';
+  route: RouteConfig;
+  businessKey: string;
+  /** `<route>:<business key>`: the effect ledger's key. */
+  effectKey: string;
+  version?: string | undefined;
+}
+
+/** A route that matches the event but whose key or version template resolved to nothing. */
+export interface RouteFailure {
+  kind: 'failure';
+  route: RouteConfig;
+  error: string;
+}
+
+export type RoutePlan = PlannedEffect | RouteFailure;
+
+export const effectKeyOf = (route: string, businessKey: string) => `${route}:${businessKey}`;
+
+/** The template context of a stored event: body parsed once, `{id}` is the event id. */
+export function templateContext(event: EffectEvent): TemplateContext & { body: unknown } {
+  return { body: parseBody(event.body, event.headers['content-type']), headers: event.headers, source: event.source, type: event.eventType, id: event.id };
+}
+
+/**
+ * The effects an event calls for, in configuration order: routes whose source (or "*"),
+ * event-type globs and filter match. A key or version template that resolves to nothing is
+ * that route's failure, never a silent skip: the event retries and, if it never resolves,
+ * goes dead with the message naming the template.
+ */
+export function planEffects(routes: readonly RouteConfig[], event: EffectEvent, ctx: TemplateContext = templateContext(event)): RoutePlan[] {
+  const plans: RoutePlan[] = [];
+  for (const route of routes) {
+    if (route.source !== '*' && route.source !== event.source) continue;
+    if (!route.events.some((g) => globMatch(g, event.eventType))) continue;
+    if (route.filter !== undefined && !matchesFilter(route.filter, ctx)) continue;
+    const businessKey = resolveTemplate(route.key, ctx);
+    if (businessKey === undefined) {
+      plans.push({ kind: 'failure', route, error: `key template "${route.key}" resolved to nothing for this event` });
+      continue;
+    }
+    let version: string | undefined;
+    if (route.version !== undefined) {
+      version = resolveTemplate(route.version, ctx);
+      if (version === undefined) {
+        plans.push({ kind: 'failure', route, error: `version template "${route.version}" resolved to nothing for this event` });
+        continue;
+      }
+    }
+    plans.push({ kind: 'effect', route, businessKey, effectKey: effectKeyOf(route.name, businessKey), version });
+  }
+  return plans;
+}

@@ -6,7 +6,7 @@ import type { Config } from '../config/load.js';
 import { startDrain, type Drain } from '../drain/loop.js';
 import { createApp } from '../http/app.js';
 import type { DeliveryOutcome } from '../http/ingest.js';
-import { metricsRoute, ReceiverMetrics, type EffectAttemptObservation, type QueueSnapshot } from '../http/metrics.js';
+import { metricsRoute, ReceiverMetrics, type QueueSnapshot } from '../http/metrics.js';
 import { createLogger, redactUrl, type Logger } from '../log.js';
 import { openStore } from '../store/open.js';
 import type { Store } from '../store/types.js';
@@ -60,31 +60,6 @@ export function logDelivery(logger: Logger, o: DeliveryOutcome): void {
   logger[OUTCOME_LEVEL[o.outcome]](line, 'delivery');
 }
 
-/** One effect attempt, as the drain reports it (for its log line and metrics). */
-export interface AttemptReport extends EffectAttemptObservation {
-  eventId: number;
-  effectKey?: string | undefined;
-  attempt?: number | undefined;
-  error?: string | undefined;
-}
-
-/** One log line per effect attempt; failures stand out, dead events most. */
-export function logAttempt(logger: Logger, a: AttemptReport): void {
-  const level = a.outcome === 'done' || a.outcome === 'skipped' || a.outcome === 'stale' ? 'info' : a.outcome === 'dead' ? 'error' : 'warn';
-  logger[level](
-    {
-      eventId: a.eventId,
-      route: a.route,
-      ...(a.effectKey === undefined ? {} : { effectKey: a.effectKey }),
-      ...(a.attempt === undefined ? {} : { attempt: a.attempt }),
-      outcome: a.outcome,
-      durationMs: Math.round(a.durationMs * 100) / 100,
-      ...(a.error === undefined ? {} : { error: a.error }),
-    },
-    'effect attempt',
-  );
-}
-
 /**
  * The queue gauges of GET /metrics, read from the store at scrape time with its cheap
  * queueStats() (never stats(), which scans every event). Undefined for a backend without it.
@@ -136,10 +111,10 @@ export async function serve(options: ServeOptions): Promise<void> {
     ...(queue === undefined ? {} : { queue }),
     processMetrics: true,
   });
-  // The drain logs every effect attempt itself (ids, route, effect key, outcome, duration);
-  // here each attempt only feeds the counters.
+  // The drain logs every effect attempt and event outcome itself (ids, route, effect key,
+  // outcome, duration); here they only feed the counters.
   const drain: Drain | undefined = config.drain.enabled
-    ? startDrain({ config, store, logger, onAttempt: (a) => metrics.observeAttempt(a) })
+    ? startDrain({ config, store, logger, onAttempt: (a) => metrics.observeAttempt(a), onEvent: (e) => metrics.observeEvent(e) })
     : undefined;
   const app = createApp({
     sources: config.sources,

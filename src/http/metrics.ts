@@ -44,13 +44,22 @@ export interface QueueSnapshot {
   oldestPendingAgeSeconds: number | null;
 }
 
-/** One try of one effect, as the drain reports it. */
+/** One try of one effect, as the drain reports it (its AttemptOutcome). */
 export interface EffectAttemptObservation {
   route: string;
-  /** `done`, `failed`, `retry`, `dead`, `skipped`, ... as the drain names it. */
+  /** ok, failed, skipped (key already done), stale (older version), busy (running elsewhere). */
   outcome: string;
   durationMs: number;
 }
+
+/** What became of a claimed event, as the drain reports it (its EventOutcome). */
+export interface EventObservation {
+  /** done, retry, dead, lost, interrupted. */
+  status: string;
+}
+
+/** Outcomes in which an effect actually ran (the others take no time worth a histogram). */
+const RAN = new Set(['ok', 'failed']);
 
 export interface MetricsOptions {
   /** Configured source names: their series start at 0 so rate() sees the first delivery. */
@@ -70,6 +79,7 @@ export class ReceiverMetrics {
   readonly #ingestSeconds: Histogram<'source'>;
   readonly #attempts: Counter<'route' | 'outcome'>;
   readonly #effectSeconds: Histogram<'route'>;
+  readonly #settled: Counter<'status'>;
 
   constructor({ sources = [], routes = [], queue, processMetrics = false }: MetricsOptions = {}) {
     const registers = [this.registry];
@@ -100,10 +110,20 @@ export class ReceiverMetrics {
       buckets: [0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
       registers,
     });
+    this.#settled = new Counter({
+      name: 'receiver_events_settled_total',
+      help: 'Claimed events by what became of them: done, retry, dead, lost (lease taken over), interrupted (shutdown mid-effect)',
+      labelNames: ['status'],
+      registers,
+    });
+    for (const status of ['done', 'retry', 'dead']) this.#settled.labels(status).inc(0);
     for (const source of this.#sources) {
       for (const outcome of DELIVERY_OUTCOMES) this.#deliveries.labels(source, outcome).inc(0);
     }
-    for (const route of routes) this.#effectSeconds.zero({ route });
+    for (const route of routes) {
+      this.#effectSeconds.zero({ route });
+      for (const outcome of ['ok', 'failed']) this.#attempts.labels(route, outcome).inc(0);
+    }
 
     if (queue !== undefined) {
       // registry.metrics() calls every collect() at once: the three gauges share one read.
@@ -149,7 +169,12 @@ export class ReceiverMetrics {
   /** The drain's onAttempt hook. */
   observeAttempt(a: EffectAttemptObservation): void {
     this.#attempts.labels(a.route, a.outcome).inc();
-    this.#effectSeconds.labels(a.route).observe(a.durationMs / 1000);
+    if (RAN.has(a.outcome)) this.#effectSeconds.labels(a.route).observe(a.durationMs / 1000);
+  }
+
+  /** The drain's onEvent hook. */
+  observeEvent(e: EventObservation): void {
+    this.#settled.labels(e.status).inc();
   }
 
   text(): Promise<string> {

@@ -64,7 +64,7 @@ export function logDelivery(logger: Logger, o: DeliveryOutcome): void {
  * The queue gauges of GET /metrics, read from the store at scrape time with its cheap
  * queueStats() (never stats(), which scans every event). Undefined for a backend without it.
  */
-export function queueSnapshot(store: Store, now: () => number = Date.now): (() => Promise<QueueSnapshot>) | undefined {
+export function queueSnapshot(store: Pick<Store, 'queueStats'>, now: () => number = Date.now): (() => Promise<QueueSnapshot>) | undefined {
   if (store.queueStats === undefined) return undefined;
   const read = store.queueStats.bind(store);
   return async () => {

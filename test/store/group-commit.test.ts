@@ -1,0 +1,64 @@
+import { createHash } from 'node:crypto';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { SqliteStore } from '../../src/store/sqlite/index.js';
+import type { NewEvent } from '../../src/store/types.js';
+import { tempDir } from '../helpers.js';
+
+const tmp = tempDir();
+afterAll(tmp.cleanup);
+
+function event(deliveryId: string, body: string): NewEvent {
+  return {
+    source: 's',
+    deliveryId,
+    eventType: 't',
+    headers: {},
+    body: Buffer.from(body),
+    bodySha256: createHash('sha256').update(body).digest('hex'),
+    receivedAt: 1_700_000_000_000,
+    successStatus: 202,
+    onConflict: 'reject',
+  };
+}
+
+describe.each([
+  ['inline', false],
+  ['worker thread', true],
+])('group commit (%s)', (_, ingestThread) => {
+  it('decides duplicates inside one batch in order: the first wins, the others get its answer', async () => {
+    const store = new SqliteStore(join(tmp.dir, `dup-${ingestThread}.db`), { busyTimeoutMs: 1000, ingestThread });
+    await store.ready();
+    const results = await Promise.all([event('a', '1'), event('a', '1'), event('b', '2'), event('a', '1'), event('a', 'other')].map((e) => store.ingest(e)));
+    expect(results.map((r) => r.outcome)).toEqual(['accepted', 'duplicate', 'accepted', 'duplicate', 'conflict']);
+    expect(results[1]?.body).toBe(results[0]?.body);
+    expect(results[3]?.body).toBe(results[0]?.body);
+    expect(results[4]?.status).toBe(409);
+    expect((store.db.prepare('SELECT count(*) AS n FROM events').get() as { n: number }).n).toBe(2);
+    await store.close();
+  });
+
+  it('a failing item does not fail the innocent requests of its batch', async () => {
+    const store = new SqliteStore(join(tmp.dir, `bad-${ingestThread}.db`), { busyTimeoutMs: 1000, ingestThread });
+    await store.ready();
+    // A NOT NULL violation: INSERT OR IGNORE skips it, and no row exists to answer from.
+    const bad = { ...event('bad', 'x'), eventType: null } as unknown as NewEvent;
+    const settled = await Promise.allSettled([event('g1', '1'), bad, event('g2', '2')].map((e) => store.ingest(e)));
+    expect(settled.map((s) => s.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+    expect((store.db.prepare('SELECT delivery_id FROM events ORDER BY id').all() as { delivery_id: string }[]).map((r) => r.delivery_id)).toEqual(['g1', 'g2']);
+    await store.close();
+  });
+
+  it('close() waits for in-flight inserts: every resolved ingest is in the file', async () => {
+    const file = join(tmp.dir, `close-${ingestThread}.db`);
+    const store = new SqliteStore(file, { busyTimeoutMs: 1000, ingestThread });
+    await store.ready();
+    const pending = Array.from({ length: 200 }, (_, i) => store.ingest(event(`e${i}`, String(i))));
+    await store.close();
+    const results = await Promise.all(pending);
+    expect(results.every((r) => r.outcome === 'accepted')).toBe(true);
+    const again = new SqliteStore(file, { busyTimeoutMs: 1000 });
+    expect((again.db.prepare('SELECT count(*) AS n FROM events').get() as { n: number }).n).toBe(200);
+    await again.close();
+  });
+});

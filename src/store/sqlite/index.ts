@@ -9,6 +9,7 @@ import * as ops from './ops.js';
 import type { ListEventsQuery, ReplayOptions } from '../ops-types.js';
 import { IngestThread } from './ingest-thread.js';
 import { openSqlite, type Db } from './open.js';
+import { queueStats } from './queue-stats.js';
 
 export interface SqliteStoreOptions {
   /** Total time an insert waits for another process's write lock before 503. */
@@ -114,6 +115,10 @@ export class SqliteStore implements Store {
   }
   stats(now: number) {
     return ops.stats(this.db, now);
+  }
+  /** GET /metrics, every scrape: partial indexes only (see ./queue-stats.ts). */
+  queueStats() {
+    return queueStats(this.db);
   }
 
   // DrainStore (claims, leases, the effect ledger): see ./drain.ts.

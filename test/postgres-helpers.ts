@@ -16,6 +16,12 @@ export const postgresBaseUrl = postgresRequired ? fromEnv : 'postgres://postgres
 
 let probe: Promise<boolean> | undefined;
 
+/** bigint columns (ids, counts, ms times) as numbers, as the store reads them. */
+const numericInt8 = {
+  getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+    oid === pg.types.builtins.INT8 && format !== 'binary' ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+};
+
 /** Whether the server answers. Throws (a test failure) when it must answer and does not. */
 export function postgresAvailable(): Promise<boolean> {
   probe ??= (async () => {
@@ -68,7 +74,7 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   let client: pg.Client | undefined;
   const connected = async () => {
     if (client === undefined) {
-      client = new pg.Client({ connectionString: url });
+      client = new pg.Client({ connectionString: url, types: numericInt8 });
       await client.connect();
     }
     return client;

@@ -42,12 +42,13 @@ export async function countPurgeable(c: Conn, receivedBefore: number): Promise<n
   return rows[0]?.n ?? 0;
 }
 
-// One statement, so one transaction. The BRIN index on received_at finds the old block
-// ranges; rows come in physical (about arrival) order, without sorting every candidate.
+// One statement, so one transaction. Oldest first in arrival (id) order: the planner walks
+// the id index from the start, or, when few rows are old enough, the BRIN index on
+// received_at finds their block ranges; either way no sort of every candidate per batch.
 // status = 'done' only: pending, processing and dead events are never removed, and the
 // effect ledger (effects) is not touched, so a redelivered id's effects stay skipped.
 const PURGE = `WITH
-  picked AS (SELECT id FROM events WHERE status = 'done' AND received_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED),
+  picked AS (SELECT id FROM events WHERE status = 'done' AND received_at < $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
   a AS (DELETE FROM attempts WHERE event_id IN (SELECT id FROM picked) RETURNING 1),
   c AS (DELETE FROM conflicts WHERE event_id IN (SELECT id FROM picked) RETURNING 1),
   e AS (DELETE FROM events WHERE id IN (SELECT id FROM picked) RETURNING 1)

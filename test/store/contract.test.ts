@@ -1,0 +1,660 @@
+import Database from 'better-sqlite3';
+import { createHash } from 'node:crypto';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { isReceiverError } from '../../src/errors.js';
+import type { EffectDb, EffectStart, Lease } from '../../src/store/drain-types.js';
+import { openStore } from '../../src/store/open.js';
+import { acceptedAnswer, conflictAnswer, type NewEvent, type Store } from '../../src/store/types.js';
+import { tempDir } from '../helpers.js';
+import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
+
+/**
+ * One contract, every backend: the same tests run against SQLite and PostgreSQL through
+ * the Store interface alone. What differs between the engines is listed as capabilities
+ * in each backend below, never as a check of the engine's name inside a test.
+ */
+
+interface Capabilities {
+  /** Parameter n (1-based) in the engine's SQL dialect, for a module effect's queries. */
+  placeholder: (n: number) => string;
+}
+
+interface Opened {
+  store: Store;
+  /** Another store on the same database: a second receiver process. */
+  another(): Promise<Store>;
+  /** One statement written in SQL both engines accept (no parameters), to move time or inspect. */
+  exec(sql: string): Promise<void>;
+  rows<R = Record<string, unknown>>(sql: string): Promise<R[]>;
+  close(): Promise<void>;
+}
+
+interface Backend {
+  name: string;
+  capabilities: Capabilities;
+  setup(): Promise<void>;
+  teardown(): Promise<void>;
+  /** A store on an empty database. */
+  open(): Promise<Opened>;
+}
+
+const BUSY_MS = 3000;
+
+function sqliteBackend(): Backend {
+  let tmp: ReturnType<typeof tempDir> | undefined;
+  let n = 0;
+  return {
+    name: 'sqlite',
+    capabilities: { placeholder: () => '?' },
+    async setup() {
+      tmp = tempDir('receiver-contract-');
+    },
+    async teardown() {
+      tmp?.cleanup();
+    },
+    async open() {
+      const file = join(tmp!.dir, `r${++n}.db`);
+      const stores: Store[] = [await openStore(file, { busyTimeoutMs: BUSY_MS, server: true })];
+      const raw = new Database(file, { timeout: BUSY_MS });
+      return {
+        store: stores[0]!,
+        async another() {
+          const s = await openStore(file, { busyTimeoutMs: BUSY_MS, server: true });
+          stores.push(s);
+          return s;
+        },
+        async exec(sql) {
+          raw.exec(sql);
+        },
+        async rows<R>(sql: string) {
+          return raw.prepare(sql).all() as R[];
+        },
+        async close() {
+          for (const s of stores) await s.close();
+          raw.close();
+        },
+      };
+    },
+  };
+}
+
+function postgresBackend(): Backend {
+  let db: TestDatabase | undefined;
+  return {
+    name: 'postgres',
+    capabilities: { placeholder: (n) => `$${n}` },
+    async setup() {
+      db = await createTestDatabase();
+    },
+    async teardown() {
+      await db?.drop();
+    },
+    async open() {
+      const d = db!;
+      // One database per run; every test starts from empty tables and ids from 1.
+      const exists = await d.query<{ t: string | null }>(`SELECT to_regclass('events')::text AS t`);
+      if (exists[0]?.t !== null) await d.query('TRUNCATE events, conflicts, effects, attempts RESTART IDENTITY');
+      await d.query('DROP TABLE IF EXISTS licences');
+      const stores: Store[] = [await openStore(d.url, { busyTimeoutMs: BUSY_MS, server: true })];
+      return {
+        store: stores[0]!,
+        async another() {
+          const s = await openStore(d.url, { busyTimeoutMs: BUSY_MS, server: true });
+          stores.push(s);
+          return s;
+        },
+        async exec(sql) {
+          await d.query(sql);
+        },
+        async rows<R>(sql: string) {
+          return (await d.query(sql)) as R[];
+        },
+        async close() {
+          for (const s of stores) await s.close();
+        },
+      };
+    },
+  };
+}
+
+const pgOk = await postgresAvailable();
+if (!pgOk) {
+  describe.skip('postgres store contract (PostgreSQL not reachable; see the notice above)', () => {
+    it('runs the contract against PostgreSQL', () => {});
+  });
+}
+const backends: Backend[] = [sqliteBackend(), ...(pgOk ? [postgresBackend()] : [])];
+
+const T0 = Date.UTC(2026, 5, 1);
+const SEC = 1000;
+const DAY = 86_400_000;
+const LEASE = 60 * SEC;
+
+function event(deliveryId: string, body: string | Buffer = `{"id":"${deliveryId}"}`, extra: Partial<NewEvent> = {}): NewEvent {
+  const raw = typeof body === 'string' ? Buffer.from(body) : body;
+  return {
+    source: 'shop',
+    deliveryId,
+    eventType: 'order.paid',
+    headers: { 'content-type': 'application/json', 'x-request-id': deliveryId },
+    body: raw,
+    bodySha256: createHash('sha256').update(raw).digest('hex'),
+    receivedAt: T0,
+    successStatus: 202,
+    onConflict: 'reject',
+    ...extra,
+  };
+}
+
+function start(route: string, businessKey: string, extra: Partial<EffectStart> = {}): EffectStart {
+  return { route, businessKey, effectKey: `${route}:${businessKey}`, runToken: `tok-${Math.random()}`, force: false, ...extra };
+}
+
+describe.each(backends)('$name store contract', (backend) => {
+  let o: Opened;
+  let store: Store;
+  beforeAll(() => backend.setup());
+  afterAll(() => backend.teardown());
+  beforeEach(async () => {
+    o = await backend.open();
+    store = o.store;
+  });
+  afterEach(async () => {
+    await o.close();
+  });
+
+  /** Ingests and claims one event; returns its lease. */
+  async function claimed(deliveryId: string, owner = 'drain-a', now = T0): Promise<{ id: number; lease: Lease; attempt: number }> {
+    const r = await store.ingest(event(deliveryId));
+    const c = await store.claimEvent(owner, now, LEASE);
+    expect(c?.id).toBe(r.eventId);
+    return { id: c!.id, lease: c!.lease, attempt: c!.attempt };
+  }
+
+  describe('ingest', () => {
+    it('accepts a first delivery with the stored answer, and stores it whole', async () => {
+      const body = Buffer.from([0x7b, 0x00, 0xff, 0x0a, 0x7d]);
+      const r = await store.ingest(event('d-1', body, { extraIds: { idempotencyKey: 'k1' } }));
+      expect(r).toEqual({ outcome: 'accepted', eventId: r.eventId, status: 202, body: acceptedAnswer(r.eventId) });
+      expect(r.eventId).toBeGreaterThan(0);
+      const shown = await store.getEvent(r.eventId);
+      expect(shown).toMatchObject({ id: r.eventId, source: 'shop', deliveryId: 'd-1', eventType: 'order.paid', status: 'pending', attempts: 0, receivedAt: T0, responseStatus: 202 });
+      expect(shown!.body!.equals(body)).toBe(true);
+      expect(shown!.headers).toEqual({ 'content-type': 'application/json', 'x-request-id': 'd-1' });
+      expect(shown!.extraIds).toEqual({ idempotencyKey: 'k1' });
+    });
+
+    it('answers a duplicate with the first answer byte for byte, storing nothing new', async () => {
+      const first = await store.ingest(event('d-1', '{"a":1}', { successStatus: 200 }));
+      // A later duplicate under a changed successStatus still gets the first answer.
+      const dup = await store.ingest(event('d-1', '{"a":1}', { successStatus: 202, receivedAt: T0 + SEC }));
+      expect(dup).toEqual({ outcome: 'duplicate', eventId: first.eventId, status: 200, body: first.body });
+      const list = await store.listEvents({ limit: 10 });
+      expect(list).toHaveLength(1);
+      expect(list[0]).toMatchObject({ id: first.eventId, duplicates: 1, receivedAt: T0 });
+    });
+
+    it('records a conflict (same delivery id, different body) and answers 409, or the stored answer with onConflict accept', async () => {
+      const first = await store.ingest(event('d-1', '{"a":1}'));
+      const rejected = await store.ingest(event('d-1', '{"a":2}', { receivedAt: T0 + SEC }));
+      expect(rejected).toEqual({ outcome: 'conflict', eventId: first.eventId, status: 409, body: conflictAnswer(first.eventId, 'd-1') });
+      const accepted = await store.ingest(event('d-1', '{"a":3}', { onConflict: 'accept', receivedAt: T0 + 2 * SEC }));
+      expect(accepted).toEqual({ outcome: 'conflict', eventId: first.eventId, status: 202, body: first.body });
+      const shown = await store.getEvent(first.eventId);
+      expect(shown!.body!.toString()).toBe('{"a":1}');
+      expect(shown!.conflicts.map((c) => c.receivedAt)).toEqual([T0 + SEC, T0 + 2 * SEC]);
+      expect((await store.stats(T0)).conflicts).toBe(2);
+    });
+
+    it('decides one batch in arrival order: the first delivery of an id wins, later ones are duplicates or conflicts of it', async () => {
+      // Submitted in one event-loop turn: one group-commit batch.
+      const results = await Promise.all([
+        store.ingest(event('b')),
+        store.ingest(event('a', '{"v":1}')),
+        store.ingest(event('a', '{"v":1}')),
+        store.ingest(event('a', '{"v":2}')),
+        store.ingest(event('b')),
+        store.ingest(event('c')),
+      ]);
+      expect(results.map((r) => r.outcome)).toEqual(['accepted', 'accepted', 'duplicate', 'conflict', 'duplicate', 'accepted']);
+      const [b, a, aDup, aConflict, bDup, c] = results;
+      expect(aDup).toEqual({ ...a, outcome: 'duplicate' });
+      expect(bDup).toEqual({ ...b, outcome: 'duplicate' });
+      expect(aConflict!.status).toBe(409);
+      expect(new Set([a!.eventId, b!.eventId, c!.eventId]).size).toBe(3);
+      expect((await store.getEvent(a!.eventId))!.body!.toString()).toBe('{"v":1}');
+      expect(await store.listEvents({ limit: 10 })).toHaveLength(3);
+    });
+
+    it('two receivers on one database ingesting the same ids in opposite orders: one row per id, every answer the stored one', async () => {
+      const other = await o.another();
+      const ids = Array.from({ length: 60 }, (_, i) => `d-${i}`);
+      const [mine, theirs] = await Promise.all([
+        Promise.all(ids.map((id) => store.ingest(event(id)))),
+        Promise.all([...ids].reverse().map((id) => other.ingest(event(id)))),
+      ]);
+      theirs.reverse();
+      ids.forEach((_, i) => {
+        const pair = [mine[i]!, theirs[i]!];
+        expect(pair.map((r) => r.outcome).sort()).toEqual(['accepted', 'duplicate']);
+        expect(pair[0]!.body).toBe(pair[1]!.body);
+        expect(pair[0]!.eventId).toBe(pair[1]!.eventId);
+      });
+      const rows = await o.rows<{ n: number }>('SELECT count(*) AS n FROM events');
+      expect(Number(rows[0]!.n)).toBe(ids.length);
+      expect((await store.stats(T0)).duplicates).toBe(ids.length);
+    });
+
+    it('answers ping while open; after close, ping and ingest are unavailable (503)', async () => {
+      await store.ping();
+      const s = await o.another();
+      await s.ping();
+      await s.close();
+      await s.close(); // twice is fine
+      await expect(s.ping()).rejects.toSatisfy((e) => isReceiverError(e, 'unavailable'));
+      await expect(s.ingest(event('late'))).rejects.toSatisfy((e) => isReceiverError(e, 'unavailable'));
+    });
+
+    it('close() finishes deliveries already submitted before it closes', async () => {
+      const s = await o.another();
+      const pending = [s.ingest(event('x-1')), s.ingest(event('x-2'))];
+      await s.close();
+      expect((await Promise.all(pending)).map((r) => r.outcome)).toEqual(['accepted', 'accepted']);
+      expect(await store.findEventId('shop', 'x-2')).toBe((await pending[1])!.eventId);
+    });
+  });
+
+  describe('drain: claims and leases', () => {
+    it('claims the oldest due event first, skipping ones not yet due, and reports when the next one is due', async () => {
+      const a = await store.ingest(event('a'));
+      const b = await store.ingest(event('b'));
+      expect(await store.nextDueAt()).toBe(T0);
+      await o.exec(`UPDATE events SET next_attempt_at = ${T0 + 10 * SEC} WHERE id = ${a.eventId}`);
+      const c1 = await store.claimEvent('drain-a', T0, LEASE);
+      expect(c1).toMatchObject({ id: b.eventId, source: 'shop', deliveryId: 'b', eventType: 'order.paid', attempt: 1, forceEffects: false });
+      expect(c1!.lease).toEqual({ eventId: b.eventId, owner: 'drain-a', expiresAt: T0 + LEASE });
+      expect(c1!.body.toString()).toBe('{"id":"b"}');
+      expect(c1!.headers['x-request-id']).toBe('b');
+      expect(await store.claimEvent('drain-a', T0, LEASE)).toBeUndefined();
+      expect(await store.nextDueAt()).toBe(T0 + 10 * SEC);
+      expect((await store.claimEvent('drain-a', T0 + 10 * SEC, LEASE))?.id).toBe(a.eventId);
+      expect(await store.nextDueAt()).toBe(T0 + LEASE); // b's lease expiry
+    });
+
+    it('several drains on two receivers claim every event exactly once', async () => {
+      const other = await o.another();
+      const n = 40;
+      for (let i = 0; i < n; i += 10) await Promise.all(Array.from({ length: 10 }, (_, j) => store.ingest(event(`e-${i + j}`))));
+      const taken: number[] = [];
+      const worker = async (s: Store, owner: string) => {
+        for (;;) {
+          const c = await s.claimEvent(owner, T0, LEASE);
+          if (c === undefined) return;
+          taken.push(c.id);
+          expect(await s.completeEvent(c.lease, T0)).toBe(true);
+        }
+      };
+      await Promise.all([worker(store, 'a1'), worker(store, 'a2'), worker(other, 'b1'), worker(other, 'b2')]);
+      expect(taken).toHaveLength(n);
+      expect(new Set(taken).size).toBe(n);
+      expect((await store.stats(T0)).byStatus).toEqual({ pending: 0, processing: 0, done: n, dead: 0 });
+    });
+
+    it("an expired lease is claimed again; the old holder's renew, complete, retry and bury change nothing", async () => {
+      const { id, lease } = await claimed('a', 'old');
+      expect(await store.claimEvent('new', T0 + LEASE - 1, LEASE)).toBeUndefined();
+      const again = await store.claimEvent('new', T0 + LEASE, LEASE);
+      expect(again).toMatchObject({ id, attempt: 2, lease: { owner: 'new' } });
+      expect(await store.renewLease(lease, T0 + LEASE, LEASE)).toBe(false);
+      expect(await store.completeEvent(lease, T0 + LEASE)).toBe(false);
+      expect(await store.retryEvent(lease, 'late', T0 + 2 * LEASE)).toBe(false);
+      expect(await store.buryEvent(lease, 'late', T0 + LEASE)).toBe(false);
+      const shown = await store.getEvent(id);
+      expect(shown).toMatchObject({ status: 'processing', leaseOwner: 'new', lastError: null });
+      expect(await store.renewLease(again!.lease, T0 + LEASE + 5, LEASE)).toBe(true);
+      expect((await store.getEvent(id))!.leaseExpiresAt).toBe(T0 + LEASE + 5 + LEASE);
+    });
+
+    it('retry puts an event back until its time, bury makes it dead, complete makes it done', async () => {
+      const first = await claimed('a');
+      expect(await store.retryEvent(first.lease, 'boom', T0 + 30 * SEC)).toBe(true);
+      expect(await store.getEvent(first.id)).toMatchObject({ status: 'pending', nextAttemptAt: T0 + 30 * SEC, lastError: 'boom', leaseOwner: null });
+      expect(await store.claimEvent('d', T0 + 29 * SEC, LEASE)).toBeUndefined();
+      const second = await store.claimEvent('d', T0 + 30 * SEC, LEASE);
+      expect(second?.attempt).toBe(2);
+      expect(await store.buryEvent(second!.lease, 'gave up', T0 + 31 * SEC)).toBe(true);
+      expect(await store.getEvent(first.id)).toMatchObject({ status: 'dead', lastError: 'gave up', finishedAt: T0 + 31 * SEC });
+
+      const other = await claimed('b', 'd', T0 + 40 * SEC);
+      expect(await store.completeEvent(other.lease, T0 + 41 * SEC)).toBe(true);
+      expect(await store.getEvent(other.id)).toMatchObject({ status: 'done', finishedAt: T0 + 41 * SEC, leaseOwner: null, leaseExpiresAt: null });
+    });
+  });
+
+  describe('drain: the effect ledger', () => {
+    it('runs a key once: a second event with the same key is busy while the first runs, skipped once it is done', async () => {
+      const e1 = await claimed('a');
+      const s1 = start('licence', 'cus_1');
+      const d1 = await store.beginEffect(e1.lease, e1.attempt, s1, T0, LEASE);
+      expect(d1).toMatchObject({ action: 'run', runs: 1, wasDone: false });
+
+      const e2 = await claimed('b');
+      const busy = await store.beginEffect(e2.lease, e2.attempt, start('licence', 'cus_1'), T0, LEASE);
+      expect(busy).toMatchObject({ action: 'busy', heldByEventId: e1.id });
+
+      if (d1.action !== 'run') throw new Error('expected run');
+      await store.finishEffect({ attemptId: d1.attemptId, effectKey: s1.effectKey, runToken: s1.runToken, outcome: 'ok', output: 'issued', wasDone: false }, T0 + 1);
+      expect(await store.beginEffect(e2.lease, e2.attempt, start('licence', 'cus_1'), T0 + 2, LEASE)).toMatchObject({ action: 'skipped' });
+
+      const shown = await store.getEvent(e1.id);
+      expect(shown!.attemptRows).toMatchObject([{ route: 'licence', effectKey: 'licence:cus_1', outcome: 'ok', output: 'issued', finishedAt: T0 + 1, forced: false }]);
+      expect(shown!.effects).toMatchObject([{ effectKey: 'licence:cus_1', status: 'done', eventId: e1.id, runs: 1 }]);
+      expect((await store.getEvent(e2.id))!.attemptRows.map((a) => a.outcome)).toEqual(['busy', 'skipped']);
+      expect((await store.stats(T0)).effectsByStatus).toEqual({ running: 0, done: 1, failed: 0 });
+    });
+
+    it('a running row whose event lost its lease may run again (a crash mid-effect repeats at most once)', async () => {
+      const e1 = await claimed('a');
+      await store.beginEffect(e1.lease, e1.attempt, start('licence', 'k'), T0, LEASE);
+      // e1's drain crashed: its lease expires and another drain takes it.
+      const again = await store.claimEvent('drain-b', T0 + LEASE, LEASE);
+      const d = await store.beginEffect(again!.lease, again!.attempt, start('licence', 'k'), T0 + LEASE, LEASE);
+      expect(d).toMatchObject({ action: 'run', runs: 2 });
+    });
+
+    it("a late finish by a run that is no longer the key's current run leaves the ledger alone", async () => {
+      const e1 = await claimed('a');
+      const old = start('licence', 'k');
+      const d1 = await store.beginEffect(e1.lease, 1, old, T0, LEASE);
+      const again = await store.claimEvent('drain-b', T0 + LEASE, LEASE);
+      const fresh = start('licence', 'k');
+      await store.beginEffect(again!.lease, 2, fresh, T0 + LEASE, LEASE);
+      if (d1.action !== 'run') throw new Error('expected run');
+      await store.finishEffect({ attemptId: d1.attemptId, effectKey: 'licence:k', runToken: old.runToken, outcome: 'failed', error: 'late', wasDone: false }, T0 + LEASE + 1);
+      expect((await store.getEvent(e1.id))!.effects).toMatchObject([{ status: 'running', runs: 2, lastError: null }]);
+    });
+
+    it('a forced replay runs a done key again; an older version is stale, a newer one runs', async () => {
+      const e1 = await claimed('a');
+      const s1 = start('sub', 'k', { version: '10' });
+      const d1 = await store.beginEffect(e1.lease, 1, s1, T0, LEASE);
+      if (d1.action !== 'run') throw new Error('expected run');
+      await store.finishEffect({ attemptId: d1.attemptId, effectKey: 'sub:k', runToken: s1.runToken, outcome: 'ok', version: '10', wasDone: false }, T0);
+      await store.completeEvent(e1.lease, T0);
+
+      const e2 = await claimed('b');
+      expect(await store.beginEffect(e2.lease, 1, start('sub', 'k', { version: '9' }), T0, LEASE)).toMatchObject({ action: 'stale', appliedVersion: '10' });
+      const s3 = start('sub', 'k', { version: '11' });
+      expect(await store.beginEffect(e2.lease, 1, s3, T0, LEASE)).toMatchObject({ action: 'run', wasDone: true, runs: 2 });
+
+      const e3 = await claimed('c');
+      const forced = await store.beginEffect(e3.lease, 1, start('sub', 'k', { force: true }), T0, LEASE);
+      // The key is running for e2 under a live lease: even a forced run waits its turn.
+      expect(forced).toMatchObject({ action: 'busy' });
+    });
+
+    it('two receivers deciding the same keys at the same moment: each key runs once, the other event is busy', async () => {
+      const other = await o.another();
+      const keys = Array.from({ length: 15 }, (_, i) => `cus_${i}`);
+      for (const k of keys) {
+        await store.ingest(event(`${k}-a`));
+        await store.ingest(event(`${k}-b`));
+      }
+      const decisions = await Promise.all(
+        keys.map(async (k) => {
+          const [a, b] = await Promise.all([store.claimEvent(`mine-${k}`, T0, LEASE), other.claimEvent(`theirs-${k}`, T0, LEASE)]);
+          return Promise.all([
+            store.beginEffect(a!.lease, 1, start('licence', k), T0, LEASE),
+            other.beginEffect(b!.lease, 1, start('licence', k), T0, LEASE),
+          ]);
+        }),
+      );
+      for (const pair of decisions) expect(pair.map((d) => d.action).sort()).toEqual(['busy', 'run']);
+      expect((await store.stats(T0)).effectsByStatus.running).toBe(keys.length);
+    });
+
+    it('beginEffect after the lease was lost records nothing', async () => {
+      const { id, lease } = await claimed('a', 'old');
+      await store.claimEvent('new', T0 + LEASE, LEASE);
+      expect(await store.beginEffect(lease, 1, start('licence', 'k'), T0 + LEASE, LEASE)).toEqual({ action: 'lost' });
+      expect((await store.getEvent(id))!.attemptRows).toEqual([]);
+    });
+
+    it('records an attempt that ran no effect', async () => {
+      const { id } = await claimed('a');
+      await store.recordAttempt({ eventId: id, attempt: 1, route: 'licence', outcome: 'failed', error: 'key template {body.x} resolved to nothing', startedAt: T0, finishedAt: T0 + 1 });
+      expect((await store.getEvent(id))!.attemptRows).toMatchObject([{ route: 'licence', effectKey: null, outcome: 'failed', error: 'key template {body.x} resolved to nothing' }]);
+    });
+  });
+
+  describe('drain: module effects share the transaction that marks them done', () => {
+    const p = backend.capabilities.placeholder;
+    beforeEach(async () => {
+      await o.exec('CREATE TABLE licences (key TEXT PRIMARY KEY, n INTEGER NOT NULL)');
+    });
+    const licences = async () => (await o.rows<{ key: string; n: number }>('SELECT key, n FROM licences ORDER BY key')).map((r) => `${r.key}=${Number(r.n)}`);
+
+    it("commits the handler's writes with the ledger row; a second event's run of the key is skipped", async () => {
+      const e1 = await claimed('a');
+      const handler = async (db: EffectDb) => {
+        await db.run(`INSERT INTO licences (key, n) VALUES (${p(1)}, ${p(2)})`, ['cus_1', 1]);
+        const rows = await db.query<{ n: number }>(`SELECT n FROM licences WHERE key = ${p(1)}`, ['cus_1']);
+        expect(Number(rows[0]!.n)).toBe(1);
+      };
+      const out = await store.runTransactionalEffect(e1.lease, 1, start('licence', 'cus_1'), handler, () => T0, LEASE);
+      expect(out).toMatchObject({ action: 'ok', runs: 1 });
+      expect(await licences()).toEqual(['cus_1=1']);
+
+      const e2 = await claimed('b');
+      let ran = false;
+      const out2 = await store.runTransactionalEffect(e2.lease, 1, start('licence', 'cus_1'), async () => void (ran = true), () => T0, LEASE);
+      expect(out2).toMatchObject({ action: 'skipped' });
+      expect(ran).toBe(false);
+      expect((await store.getEvent(e1.id))!.effects).toMatchObject([{ status: 'done', runs: 1 }]);
+    });
+
+    it("rolls the handler's writes back when it throws, and records the failure", async () => {
+      const { id, lease } = await claimed('a');
+      const out = await store.runTransactionalEffect(
+        lease,
+        1,
+        start('licence', 'cus_1'),
+        async (db) => {
+          await db.run(`INSERT INTO licences (key, n) VALUES (${p(1)}, ${p(2)})`, ['cus_1', 1]);
+          throw new Error('card declined');
+        },
+        () => T0,
+        LEASE,
+      );
+      expect(out).toMatchObject({ action: 'failed', error: 'card declined' });
+      expect(await licences()).toEqual([]);
+      const shown = await store.getEvent(id);
+      expect(shown!.attemptRows).toMatchObject([{ outcome: 'failed', error: 'card declined' }]);
+      expect(shown!.effects).toMatchObject([{ status: 'failed', lastError: 'card declined' }]);
+    });
+
+    it('a failed statement the handler catches leaves its earlier writes in the transaction', async () => {
+      await o.exec(`INSERT INTO licences (key, n) VALUES ('taken', 0)`);
+      const { lease } = await claimed('a');
+      const out = await store.runTransactionalEffect(
+        lease,
+        1,
+        start('licence', 'cus_2'),
+        async (db) => {
+          await db.run(`INSERT INTO licences (key, n) VALUES (${p(1)}, ${p(2)})`, ['cus_2', 1]);
+          await expect(db.run(`INSERT INTO licences (key, n) VALUES (${p(1)}, ${p(2)})`, ['taken', 1])).rejects.toThrow();
+          await db.run(`UPDATE licences SET n = n + 1 WHERE key = ${p(1)}`, ['cus_2']);
+        },
+        () => T0,
+        LEASE,
+      );
+      expect(out).toMatchObject({ action: 'ok' });
+      expect(await licences()).toEqual(['cus_2=2', 'taken=0']);
+    });
+
+    it('refuses transaction control from the handler, and a handle used after the transaction ended', async () => {
+      const { lease } = await claimed('a');
+      let kept: EffectDb | undefined;
+      const out = await store.runTransactionalEffect(
+        lease,
+        1,
+        start('licence', 'k'),
+        async (db) => {
+          kept = db;
+          await expect(db.run('COMMIT')).rejects.toThrow(/do not BEGIN, COMMIT or ROLLBACK/);
+        },
+        () => T0,
+        LEASE,
+      );
+      expect(out).toMatchObject({ action: 'ok' });
+      await expect(kept!.query('SELECT 1')).rejects.toThrow(/closed/);
+    });
+
+    it('two receivers running the same key as a module effect: one commits, the other is skipped after it', async () => {
+      const other = await o.another();
+      await store.ingest(event('a'));
+      await store.ingest(event('b'));
+      const a = await store.claimEvent('mine', T0, LEASE);
+      const b = await other.claimEvent('theirs', T0, LEASE);
+      let entered!: () => void;
+      const inside = new Promise<void>((r) => (entered = r));
+      let release!: () => void;
+      const gate = new Promise<void>((r) => (release = r));
+      const handler = async (db: EffectDb) => {
+        entered();
+        await gate;
+        await db.run(`INSERT INTO licences (key, n) VALUES (${p(1)}, ${p(2)})`, ['cus_1', 1]);
+      };
+      const first = store.runTransactionalEffect(a!.lease, 1, start('licence', 'cus_1'), handler, () => T0, LEASE);
+      await inside;
+      // The first holds its transaction open; the second must wait for it, then see it done.
+      const second = other.runTransactionalEffect(b!.lease, 1, start('licence', 'cus_1'), handler, () => T0, LEASE);
+      release();
+      const outcomes = await Promise.all([first, second]);
+      expect(outcomes.map((x) => x.action)).toEqual(['ok', 'skipped']);
+      expect(await licences()).toEqual(['cus_1=1']);
+    });
+
+    it('runs nothing when the lease was lost before it started', async () => {
+      const { lease } = await claimed('a', 'old');
+      await store.claimEvent('new', T0 + LEASE, LEASE);
+      let ran = false;
+      const out = await store.runTransactionalEffect(lease, 1, start('licence', 'k'), async () => void (ran = true), () => T0 + LEASE, LEASE);
+      expect(out).toEqual({ action: 'lost' });
+      expect(ran).toBe(false);
+    });
+  });
+
+  describe('operations', () => {
+    /** Ingests, then moves the event to `status`, received `ageDays` before T0. */
+    async function seeded(deliveryId: string, status: 'pending' | 'processing' | 'done' | 'dead', ageDays: number, extra = ''): Promise<number> {
+      const r = await store.ingest(event(deliveryId, undefined, { receivedAt: T0 - ageDays * DAY }));
+      await o.exec(`UPDATE events SET status = '${status}'${extra} WHERE id = ${r.eventId}`);
+      return r.eventId;
+    }
+
+    it('purges only finished events older than the cutoff, in bounded batches, with their attempts and conflicts, never the ledger', async () => {
+      const old = [await seeded('old-1', 'done', 40), await seeded('old-2', 'done', 41), await seeded('old-3', 'done', 42)];
+      await store.ingest(event('old-1', '{"other":1}', { receivedAt: T0 - 39 * DAY })); // a conflict of old-1
+      const kept = [
+        await seeded('old-pending', 'pending', 50),
+        await seeded('old-processing', 'processing', 50, `, lease_owner = 'x', lease_expires_at = ${T0 - DAY}`),
+        await seeded('old-dead', 'dead', 50),
+        await seeded('young-done', 'done', 5),
+      ];
+      for (const id of [...old, ...kept]) {
+        await store.recordAttempt({ eventId: id, attempt: 1, route: 'r', outcome: 'failed', error: 'x', startedAt: T0 - 40 * DAY, finishedAt: T0 - 40 * DAY });
+      }
+      await o.exec(`INSERT INTO effects (effect_key, route, business_key, status, event_id, runs) VALUES ('r:1', 'r', '1', 'done', ${old[0]}, 1)`);
+
+      const cutoff = T0 - 30 * DAY;
+      expect(await store.countPurgeable(cutoff)).toBe(3);
+      const first = await store.purgeBatch(cutoff, 2);
+      expect(first.events).toBe(2);
+      const second = await store.purgeBatch(cutoff, 2);
+      expect(second.events).toBe(1);
+      expect(await store.purgeBatch(cutoff, 2)).toEqual({ events: 0, attempts: 0, conflicts: 0 });
+      expect(first.attempts + second.attempts).toBe(3);
+      expect(first.conflicts + second.conflicts).toBe(1);
+
+      expect((await store.listEvents({ limit: 10 })).map((e) => e.id).sort((a, b) => a - b)).toEqual(kept);
+      expect(Number((await o.rows<{ n: number }>('SELECT count(*) AS n FROM attempts'))[0]!.n)).toBe(4);
+      expect(Number((await o.rows<{ n: number }>('SELECT count(*) AS n FROM effects'))[0]!.n)).toBe(1);
+      // A purged delivery id is forgotten: a redelivery is a new event.
+      expect((await store.ingest(event('old-1'))).outcome).toBe('accepted');
+    });
+
+    it('drops bodies and headers of old finished events in batches; dedupe still answers from the stored row', async () => {
+      const a = await seeded('a', 'done', 40);
+      await seeded('b', 'done', 41);
+      await seeded('c', 'pending', 41);
+      const cutoff = T0 - 30 * DAY;
+      expect(await store.countBodiesDroppable(cutoff)).toBe(2);
+      expect((await store.dropBodiesBatch(cutoff, 1)).events).toBe(1);
+      expect((await store.dropBodiesBatch(cutoff, 5)).events).toBe(1);
+      expect((await store.dropBodiesBatch(cutoff, 5)).events).toBe(0);
+      const shown = await store.getEvent(a);
+      expect(shown).toMatchObject({ body: null, headers: null });
+      expect(await store.ingest(event('a', undefined, { receivedAt: T0 }))).toMatchObject({ outcome: 'duplicate', eventId: a });
+      expect(await store.replayEvents([a], { force: false, now: T0 })).toEqual({ replayed: [], refused: [{ eventId: a, reason: 'body_dropped' }] });
+    });
+
+    it('replays all or nothing: refuses unknown ids and live claims; resets the retry counter; force and dead', async () => {
+      const done = await seeded('done', 'done', 1, ', attempts = 3');
+      const dead = await seeded('dead', 'dead', 1, `, attempts = 12, last_error = 'gave up'`);
+      const live = await seeded('live', 'processing', 1, `, lease_owner = 'x', lease_expires_at = ${T0 + LEASE}`);
+
+      const refused = await store.replayEvents([done, 999_999, live], { force: false, now: T0 });
+      expect(refused.replayed).toEqual([]);
+      expect(refused.refused).toEqual([
+        { eventId: 999_999, reason: 'not_found' },
+        { eventId: live, reason: 'processing', leaseOwner: 'x', leaseExpiresAt: T0 + LEASE },
+      ]);
+      expect(await store.getEvent(done)).toMatchObject({ status: 'done', attempts: 3 });
+
+      const ok = await store.replayEvents([done], { force: true, now: T0 });
+      expect(ok).toEqual({ replayed: [{ eventId: done, source: 'shop', deliveryId: 'done', previousStatus: 'done', force: true }], refused: [] });
+      expect(await store.getEvent(done)).toMatchObject({ status: 'pending', attempts: 0, nextAttemptAt: T0, forceEffects: true, finishedAt: null });
+      expect((await store.claimEvent('d', T0, LEASE))?.forceEffects).toBe(true);
+
+      const deadReplay = await store.replayDead({ force: false, now: T0 });
+      expect(deadReplay.replayed.map((r) => [r.eventId, r.previousStatus])).toEqual([[dead, 'dead']]);
+      expect(await store.getEvent(dead)).toMatchObject({ status: 'pending', attempts: 0, lastError: 'gave up' });
+      expect(await store.findEventId('shop', 'dead')).toBe(dead);
+      expect(await store.findEventId('shop', 'nope')).toBeUndefined();
+    });
+
+    it('lists newest first with filters, and counts everything in stats and queueStats', async () => {
+      const a = await seeded('a', 'done', 3);
+      const b = await seeded('b', 'dead', 2);
+      const c = await store.ingest(event('c', undefined, { source: 'github', receivedAt: T0 - DAY }));
+      await store.ingest(event('c', undefined, { source: 'github' }));
+      await seeded('d', 'processing', 1, `, lease_owner = 'gone', lease_expires_at = ${T0 - 5}`);
+
+      expect((await store.listEvents({ limit: 10 })).map((e) => e.deliveryId)).toEqual(['d', 'c', 'b', 'a']);
+      expect((await store.listEvents({ limit: 2 })).map((e) => e.deliveryId)).toEqual(['d', 'c']);
+      expect((await store.listEvents({ limit: 10, status: 'dead' })).map((e) => e.id)).toEqual([b]);
+      expect((await store.listEvents({ limit: 10, source: 'github' }))[0]).toMatchObject({ id: c.eventId, duplicates: 1, status: 'pending' });
+      expect((await store.listEvents({ limit: 10, source: 'shop', status: 'done' })).map((e) => e.id)).toEqual([a]);
+
+      const s = await store.stats(T0);
+      expect(s).toEqual({
+        byStatus: { pending: 1, processing: 1, done: 1, dead: 1 },
+        duplicates: 1,
+        conflicts: 0,
+        sources: [
+          { source: 'github', oldestReceivedAt: T0 - DAY, events: 1 },
+          { source: 'shop', oldestReceivedAt: T0 - 3 * DAY, events: 3 },
+        ],
+        stuckClaims: 1,
+        oldestStuckLeaseExpiresAt: T0 - 5,
+        effectsByStatus: { running: 0, done: 0, failed: 0 },
+      });
+      if (store.queueStats !== undefined) {
+        expect(await store.queueStats()).toEqual({ pending: 1, processing: 1, dead: 1, oldestPendingReceivedAt: T0 - DAY });
+      }
+      expect(await store.getEvent(123_456)).toBeUndefined();
+    });
+  });
+});

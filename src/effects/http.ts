@@ -53,7 +53,7 @@ export function isRetryableStatus(status: number): boolean {
  */
 export async function runHttp(req: HttpRequest): Promise<EffectResult> {
   const headers: Record<string, string> = {
-    ...req.headers,
+    ...Object.fromEntries(Object.entries(req.headers ?? {}).map(([k, v]) => [k.toLowerCase(), v])),
     'content-type': req.event.headers['content-type'] ?? 'application/octet-stream',
     'idempotency-key': idempotencyKey(req.effectKey),
     'x-receiver-event-id': String(req.event.id),
@@ -62,15 +62,30 @@ export async function runHttp(req: HttpRequest): Promise<EffectResult> {
     'x-receiver-attempt': String(req.attempt),
   };
   const where = describeUrl(req.url);
+  // fetch refuses credentials in a URL: send them as Basic auth, as curl would.
+  let target = req.url;
+  try {
+    const u = new URL(req.url);
+    if (u.username !== '' || u.password !== '') {
+      headers.authorization ??= `Basic ${Buffer.from(`${decodeURIComponent(u.username)}:${decodeURIComponent(u.password)}`).toString('base64')}`;
+      u.username = '';
+      u.password = '';
+      target = u.href;
+    }
+  } catch {
+    return { ok: false, retryable: false, error: `${where} is not a valid URL` };
+  }
   const signals = [AbortSignal.timeout(req.timeoutMs), ...(req.signal === undefined ? [] : [req.signal])];
   let res: Response;
   try {
-    res = await fetch(req.url, { method: 'POST', headers, body: new Uint8Array(req.event.body), redirect: 'manual', signal: AbortSignal.any(signals) });
+    res = await fetch(target, { method: 'POST', headers, body: new Uint8Array(req.event.body), redirect: 'manual', signal: AbortSignal.any(signals) });
   } catch (e) {
-    const err = e as Error & { cause?: { code?: string } };
+    const err = e as Error & { cause?: { code?: string; message?: string } };
     if (err.name === 'TimeoutError') return { ok: false, retryable: true, error: `POST ${where} timed out after ${req.timeoutMs / 1000}s` };
     if (err.name === 'AbortError') return { ok: false, retryable: true, error: `POST ${where} aborted: the receiver is shutting down` };
-    return { ok: false, retryable: true, error: `POST ${where} failed: ${err.cause?.code ?? err.message}` };
+    // Never a message that quotes the URL (query and all).
+    const why = err.cause?.code ?? err.cause?.message ?? err.message;
+    return { ok: false, retryable: true, error: `POST ${where} failed: ${why.includes('://') ? err.name : why}` };
   }
   const tail = new OutputTail();
   try {

@@ -1,0 +1,124 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { startDrain, type Drain, type EventOutcome } from '../../src/drain/loop.js';
+import { SqliteStore } from '../../src/store/sqlite/index.js';
+import { makeConfig, tempDir } from '../helpers.js';
+import { appendKey, inspect, lines, newEvent, silent } from './helpers.js';
+
+const shop = { provider: 'none', deliveryId: '{body.id}', eventType: '{body.type}' };
+
+function waitFor<T>(get: () => T | undefined, what: string, timeoutMs = 5000): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  return new Promise((resolve, reject) => {
+    const tick = () => {
+      const v = get();
+      if (v !== undefined) return resolve(v);
+      if (Date.now() > until) return reject(new Error(`timed out waiting for ${what}`));
+      setTimeout(tick, 5);
+    };
+    tick();
+  });
+}
+
+describe('the drain loop', () => {
+  let tmp: ReturnType<typeof tempDir>;
+  let store: SqliteStore;
+  let drain: Drain | undefined;
+  beforeEach(() => {
+    tmp = tempDir('receiver-loop-');
+  });
+  afterEach(async () => {
+    await drain?.stop(1000);
+    drain = undefined;
+    await store.close();
+    tmp.cleanup();
+  });
+
+  const setup = (pollMs: number, effect: Record<string, unknown>) => {
+    const config = makeConfig({ sources: { shop }, drain: { pollMs, leaseSeconds: 60 }, routes: [{ name: 'licence', source: 'shop', key: '{body.order}', effect }] }, tmp.dir);
+    store = new SqliteStore(config.database, { busyTimeoutMs: 2000, blockingBusyMs: 5 });
+    const events: EventOutcome[] = [];
+    drain = startDrain({ config, store, logger: silent, onEvent: (e) => events.push(e) });
+    return { config, events };
+  };
+
+  it('wakes at once on wake(), long before its poll interval', async () => {
+    const out = join(tmp.dir, 'out.txt');
+    const { events } = setup(60_000, { exec: appendKey(out) });
+    await new Promise((r) => setTimeout(r, 50)); // the loop has found nothing and sleeps for a minute
+    const t0 = Date.now();
+    await store.ingest(newEvent({ source: 'shop', deliveryId: 'e1', eventType: 't', body: { order: 'o1' }, receivedAt: Date.now() }));
+    drain!.wake();
+    await waitFor(() => (events.length > 0 ? events : undefined), 'the event');
+    expect(Date.now() - t0).toBeLessThan(2000);
+    expect(events).toMatchObject([{ eventId: 1, status: 'done' }]);
+    expect(lines(out)).toEqual(['o1']);
+  });
+
+  it('picks up events another process wrote (a replay) by polling, and drains a backlog in id order', async () => {
+    const out = join(tmp.dir, 'out.txt');
+    const { config, events } = setup(50, { exec: appendKey(out) });
+    // Another connection, as `replay` or a second `serve` would write: no wake().
+    const other = new SqliteStore(config.database, { busyTimeoutMs: 2000 });
+    for (let i = 1; i <= 5; i++) await other.ingest(newEvent({ source: 'shop', deliveryId: `e${i}`, eventType: 't', body: { order: `o${i}` }, receivedAt: Date.now() }));
+    await other.close();
+    await waitFor(() => (events.length === 5 ? events : undefined), 'five events');
+    expect(lines(out)).toEqual(['o1', 'o2', 'o3', 'o4', 'o5']);
+  });
+
+  it('sleeps until a retry is due, when that is sooner than the poll interval', async () => {
+    const { config, events } = setup(60_000, { exec: ['true'] });
+    await new Promise((r) => setTimeout(r, 50));
+    const db = inspect(config.database);
+    await store.ingest(newEvent({ source: 'shop', deliveryId: 'e1', eventType: 't', body: { order: 'o1' }, receivedAt: Date.now() }));
+    db.db.prepare('UPDATE events SET next_attempt_at = ?').run(Date.now() + 300);
+    drain!.wake(); // finds nothing due, then sleeps about 300 ms rather than a minute
+    await waitFor(() => (events.length > 0 ? events : undefined), 'the retry', 3000);
+    db.close();
+  });
+
+  it('stop(grace): a running effect that outlives the grace is killed and left to its lease', async () => {
+    const pidFile = join(tmp.dir, 'pid');
+    const { config } = setup(50, { exec: ['/bin/sh', '-c', 'echo $$ > "$1"; exec sleep 30', 'sh', pidFile], timeoutSeconds: 40 });
+    await store.ingest(newEvent({ source: 'shop', deliveryId: 'e1', eventType: 't', body: { order: 'o1' }, receivedAt: Date.now() }));
+    drain!.wake();
+    const pid = await waitFor(() => {
+      try {
+        return Number(readFileSync(pidFile, 'utf8')) || undefined;
+      } catch {
+        return undefined;
+      }
+    }, 'the effect to start');
+    const t0 = Date.now();
+    await drain!.stop(200);
+    drain = undefined;
+    expect(Date.now() - t0).toBeLessThan(1000);
+    await waitFor(() => {
+      try {
+        process.kill(pid, 0);
+        return undefined;
+      } catch {
+        return true;
+      }
+    }, 'the effect to be killed');
+    const db = inspect(config.database);
+    // Nothing claims to be finished: the claim stays until its lease expires, the ledger shows the run.
+    expect(db.event(1)).toMatchObject({ status: 'processing' });
+    expect(db.effect('licence:o1')).toMatchObject({ status: 'running', runs: 1 });
+    db.close();
+  });
+
+  it('stop(grace): an effect that finishes within the grace is recorded and the event done', async () => {
+    const { config } = setup(50, { exec: ['sleep', '0.2'] });
+    await store.ingest(newEvent({ source: 'shop', deliveryId: 'e1', eventType: 't', body: { order: 'o1' }, receivedAt: Date.now() }));
+    drain!.wake();
+    const db = inspect(config.database);
+    await waitFor(() => (db.effect('licence:o1')?.status === 'running' ? true : undefined), 'the effect to start');
+    await drain!.stop(5000);
+    drain = undefined;
+    expect(db.event(1)).toMatchObject({ status: 'done' });
+    expect(db.effect('licence:o1')).toMatchObject({ status: 'done', runs: 1 });
+    db.close();
+  });
+});

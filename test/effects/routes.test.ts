@@ -1,0 +1,35 @@
+import { describe, expect, it } from 'vitest';
+import { planEffects } from '../../src/effects/routes.js';
+import type { RouteConfig } from '../../src/config/schema.js';
+
+const effect = { exec: ['true'], timeoutSeconds: 30 };
+const routes: RouteConfig[] = [
+  { name: 'licence', source: 'stripe', events: ['checkout.session.completed'], key: '{body.data.object.id}', effect },
+  { name: 'app', source: 'stripe', events: ['invoice.*'], key: '{body.id}', effect },
+  { name: 'subs', source: 'stripe', events: ['invoice.paid'], key: '{body.data.object.subscription}', version: '{body.created}', effect },
+  { name: 'deploy', source: 'github', events: ['push'], filter: { 'body.ref': 'refs/heads/main' }, key: '{body.after}', effect },
+  { name: 'all', source: '*', events: ['*'], key: '{source}:{id}', effect },
+];
+const ev = (source: string, eventType: string, body: unknown) => ({ id: 3, source, deliveryId: 'd', eventType, headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(body)), receivedAt: 0 });
+
+describe('routes', () => {
+  it('matches source, event-type globs and filters, in configuration order, with resolved keys', () => {
+    const plans = planEffects(routes, ev('stripe', 'invoice.paid', { id: 'in_1', created: 1700, data: { object: { subscription: 'sub_9' } } }));
+    expect(plans.map((p) => (p.kind === 'effect' ? [p.route.name, p.effectKey, p.version] : [p.route.name, p.error]))).toEqual([
+      ['app', 'app:in_1', undefined],
+      ['subs', 'subs:sub_9', '1700'],
+      ['all', 'all:stripe:3', undefined],
+    ]);
+    expect(planEffects(routes, ev('github', 'push', { ref: 'refs/heads/dev', after: 'c1' })).map((p) => p.route.name)).toEqual(['all']);
+    expect(planEffects(routes, ev('github', 'push', { ref: 'refs/heads/main', after: 'c1' })).map((p) => p.route.name)).toEqual(['deploy', 'all']);
+  });
+
+  it('a key or version that resolves to nothing is that route\'s failure, naming the template', () => {
+    const plans = planEffects(routes, ev('stripe', 'invoice.paid', { id: 'in_1', data: { object: {} } }));
+    expect(plans.filter((p) => p.kind === 'failure')).toMatchObject([{ route: { name: 'subs' }, error: 'key template "{body.data.object.subscription}" resolved to nothing for this event' }]);
+    const noVersion = planEffects(routes, ev('stripe', 'invoice.paid', { id: 'in_1', data: { object: { subscription: 's' } } }));
+    expect(noVersion.filter((p) => p.kind === 'failure')).toMatchObject([{ error: 'version template "{body.created}" resolved to nothing for this event' }]);
+    const empty = planEffects(routes, ev('stripe', 'checkout.session.completed', { data: { object: { id: '' } } }));
+    expect(empty.filter((p) => p.kind === 'failure')).toHaveLength(1);
+  });
+});

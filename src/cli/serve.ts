@@ -62,13 +62,11 @@ export function logDelivery(logger: Logger, o: DeliveryOutcome): void {
 
 /**
  * The queue gauges of GET /metrics, read from the store at scrape time with its cheap
- * queueStats() (never stats(), which scans every event). Undefined for a backend without it.
+ * queueStats() (never stats(), which scans every event).
  */
-export function queueSnapshot(store: Pick<Store, 'queueStats'>, now: () => number = Date.now): (() => Promise<QueueSnapshot>) | undefined {
-  if (store.queueStats === undefined) return undefined;
-  const read = store.queueStats.bind(store);
+export function queueSnapshot(store: Pick<Store, 'queueStats'>, now: () => number = Date.now): () => Promise<QueueSnapshot> {
   return async () => {
-    const q = await read();
+    const q = await store.queueStats();
     return {
       pending: q.pending,
       processing: q.processing,
@@ -104,11 +102,10 @@ export async function serve(options: ServeOptions): Promise<void> {
     }
   }
   const store = await openStore(config.database, { busyTimeoutMs: config.busyTimeoutMs, server: true });
-  const queue = queueSnapshot(store);
   const metrics = new ReceiverMetrics({
     sources: config.sources.keys(),
     routes: config.routes.map((r) => r.name),
-    ...(queue === undefined ? {} : { queue }),
+    queue: queueSnapshot(store),
     processMetrics: true,
   });
   // The drain logs every effect attempt and event outcome itself (ids, route, effect key,

@@ -237,8 +237,7 @@ export interface OpsStore {
 
   /**
    * Counts for GET /metrics, read at every scrape: must stay cheap (partial indexes, no
-   * scan of finished events), unlike stats(). Optional until every backend has it; without
-   * it the metrics omit the queue gauges.
+   * scan of finished events), unlike stats(), which scans every event.
    */
-  queueStats?(): Promise<QueueStats>;
+  queueStats(): Promise<QueueStats>;
 }

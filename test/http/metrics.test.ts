@@ -4,7 +4,6 @@ import { Secret } from '../../src/config/secret.js';
 import { bearerMatches, metricsRoute, ReceiverMetrics } from '../../src/http/metrics.js';
 import { hmac } from '../../src/providers/util.js';
 import { queueSnapshot } from '../../src/cli/serve.js';
-import { queueStats } from '../../src/store/sqlite/queue-stats.js';
 import { makeConfig, post, startApp, startServe, tempDir, writeConfig, type RunningApp } from '../helpers.js';
 
 const SECRET = 'metrics-shop-secret';
@@ -48,7 +47,7 @@ describe('GET /metrics on a real server (in process, real SQLite file)', () => {
       tmp.dir,
     );
     // serve's own adapter over the store's queueStats(), read at every scrape.
-    const queue = queueSnapshot({ queueStats: () => queueStats(app.store.db) })!;
+    const queue = queueSnapshot({ queueStats: () => app.store.queueStats() });
     metrics = new ReceiverMetrics({ sources: config.sources.keys(), routes: ['r1'], queue });
     app = await startApp(config, { onOutcome: (o) => metrics.observeDelivery(o), extend: metricsRoute(metrics) });
   });

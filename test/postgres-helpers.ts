@@ -10,8 +10,8 @@ import pg from 'pg';
  * skipped with a visible notice.
  */
 export const POSTGRES_ENV = 'RECEIVER_TEST_POSTGRES_URL';
-const fromEnv = process.env[POSTGRES_ENV];
-export const postgresRequired = fromEnv !== undefined && fromEnv !== '';
+const fromEnv = process.env[POSTGRES_ENV] ?? '';
+export const postgresRequired = fromEnv !== '';
 export const postgresBaseUrl = postgresRequired ? fromEnv : 'postgres://postgres@127.0.0.1:5432/postgres';
 
 let probe: Promise<boolean> | undefined;

@@ -1,0 +1,236 @@
+import { createHash } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { isReceiverError, ReceiverError } from '../../src/errors.js';
+import type { EffectDb } from '../../src/store/drain-types.js';
+import { openStore } from '../../src/store/open.js';
+import { postgresError } from '../../src/store/postgres/errors.js';
+import { PostgresStore } from '../../src/store/postgres/index.js';
+import { LATEST_VERSION } from '../../src/store/postgres/migrations.js';
+import { openSqlite } from '../../src/store/sqlite/open.js';
+import type { NewEvent } from '../../src/store/types.js';
+import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
+
+/**
+ * What only PostgreSQL has to prove: its migrations, its mapping of server trouble to 503,
+ * and the places where several receivers share one database without waiting on each other.
+ * Everything both stores must do is in contract.test.ts.
+ */
+
+const pgOk = await postgresAvailable();
+if (!pgOk) {
+  describe.skip('PostgreSQL store (PostgreSQL not reachable; see the notice above)', () => {
+    it('runs against PostgreSQL', () => {});
+  });
+}
+
+const T0 = Date.UTC(2026, 5, 1);
+const LEASE = 60_000;
+
+function event(deliveryId: string, body = `{"id":"${deliveryId}"}`): NewEvent {
+  const raw = Buffer.from(body);
+  return {
+    source: 'shop',
+    deliveryId,
+    eventType: 'order.paid',
+    headers: {},
+    body: raw,
+    bodySha256: createHash('sha256').update(raw).digest('hex'),
+    receivedAt: T0,
+    successStatus: 202,
+    onConflict: 'reject',
+  };
+}
+
+const isUnavailable = (e: unknown) => isReceiverError(e, 'unavailable');
+
+describe.runIf(pgOk)('PostgreSQL store', () => {
+  const databases: TestDatabase[] = [];
+  const fresh = async () => {
+    const db = await createTestDatabase();
+    databases.push(db);
+    return db;
+  };
+  afterAll(async () => {
+    for (const db of databases) await db.drop();
+  });
+
+  describe('migrations', () => {
+    it('migrates an empty database once, even when three receivers start together; reopening changes nothing', async () => {
+      const db = await fresh();
+      const stores = await Promise.all([1, 2, 3].map(() => PostgresStore.open(db.url, { busyTimeoutMs: 5000 })));
+      for (const s of stores) await s.close();
+      const versions = await db.query<{ version: number; name: string }>('SELECT version, name FROM schema_version ORDER BY version');
+      expect(versions.map((v) => v.version)).toEqual(Array.from({ length: LATEST_VERSION }, (_, i) => i + 1));
+      await (await PostgresStore.open(db.url, { busyTimeoutMs: 5000 })).close();
+      expect(await db.query('SELECT version FROM schema_version')).toHaveLength(LATEST_VERSION);
+    });
+
+    it('refuses a database written by a newer receiver and leaves it untouched', async () => {
+      const db = await fresh();
+      await db.query('CREATE TABLE schema_version (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())');
+      await db.query(`INSERT INTO schema_version (version, name) VALUES ($1, 'from the future')`, [LATEST_VERSION + 1]);
+      await db.query('CREATE TABLE future (x int)');
+      const before = await db.query(`SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1`);
+      const err = await PostgresStore.open(db.url, { busyTimeoutMs: 2000 }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ReceiverError);
+      expect((err as ReceiverError).kind).toBe('schema');
+      expect((err as Error).message).toMatch(new RegExp(`written by a newer receiver \\(schema version ${LATEST_VERSION + 1}; this receiver knows up to ${LATEST_VERSION}\\)\\. It was not changed\\.`));
+      expect(await db.query(`SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1`)).toEqual(before);
+      expect(await db.query('SELECT version FROM schema_version')).toEqual([{ version: LATEST_VERSION + 1 }]);
+    });
+
+    it('mirrors the SQLite schema column for column, with the PostgreSQL keys and indexes', async () => {
+      const db = await fresh();
+      await (await PostgresStore.open(db.url, { busyTimeoutMs: 2000 })).close();
+      const sqlite = openSqlite(':memory:', { busyTimeoutMs: 0 });
+      for (const table of ['events', 'conflicts', 'effects', 'attempts']) {
+        const want = (sqlite.prepare(`PRAGMA table_info(${table})`).all() as { name: string }[]).map((c) => c.name);
+        const got = await db.query<{ column_name: string }>(
+          `SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' AND table_name = $1 ORDER BY ordinal_position`,
+          [table],
+        );
+        expect(got.map((c) => c.column_name), table).toEqual(want);
+      }
+      sqlite.close();
+      const indexes = (await db.query<{ indexdef: string }>(`SELECT indexdef FROM pg_indexes WHERE tablename = 'events'`)).map((i) => i.indexdef);
+      expect(indexes).toContainEqual(expect.stringMatching(/UNIQUE INDEX events_pkey ON public\.events USING btree \(source, delivery_id\)/));
+      expect(indexes).toContainEqual(expect.stringMatching(/USING brin \(received_at\)/));
+      expect(indexes).toContainEqual(expect.stringMatching(/events_leased .*WHERE \(status = 'processing'::text\)/));
+      expect(indexes).toContainEqual(expect.stringMatching(/events_due .*WHERE \(status = 'pending'::text\)/));
+    });
+  });
+
+  describe('unavailable is 503', () => {
+    it('maps connection loss, shutdown, disk full and timeouts to unavailable, and other errors to runtime', () => {
+      for (const code of ['08006', '08001', '53100', '53300', '57P01', '57P03', '57014', '55P03', '40P01', 'ECONNREFUSED', 'ECONNRESET']) {
+        expect(postgresError(Object.assign(new Error('x'), { code }), 'ingest').kind, code).toBe('unavailable');
+      }
+      expect(postgresError(new Error('Connection terminated unexpectedly'), 'ingest').kind).toBe('unavailable');
+      for (const code of ['23505', '42P01', '22P02']) expect(postgresError(Object.assign(new Error('x'), { code }), 'ingest').kind, code).toBe('runtime');
+    });
+
+    it('a server that does not answer is unavailable at open, with the password hidden', async () => {
+      const err = await openStore('postgres://postgres:s3cret@127.0.0.1:1/none', { busyTimeoutMs: 1000 }).catch((e: unknown) => e);
+      expect(isUnavailable(err)).toBe(true);
+      expect((err as Error).message).toContain('postgres://postgres:***@127.0.0.1:1/none');
+      expect((err as Error).message).not.toContain('s3cret');
+    });
+
+    it('an insert that waits on a lock past the busy timeout is a 503, and nothing of it is stored', async () => {
+      const db = await fresh();
+      const store = await openStore(db.url, { busyTimeoutMs: 300, server: true });
+      await db.query('BEGIN');
+      await db.query('LOCK TABLE events IN EXCLUSIVE MODE');
+      const started = Date.now();
+      await expect(store.ingest(event('a'))).rejects.toSatisfy(isUnavailable);
+      expect(Date.now() - started).toBeLessThan(3000);
+      await db.query('ROLLBACK');
+      expect(await store.findEventId('shop', 'a')).toBeUndefined();
+      expect((await store.ingest(event('a'))).outcome).toBe('accepted');
+      await store.close();
+    });
+
+    it('survives the server dropping its connections (57P01): the next delivery reconnects', async () => {
+      const db = await fresh();
+      const store = await openStore(db.url, { busyTimeoutMs: 2000, server: true });
+      await store.ingest(event('a'));
+      const killed = await db.query<{ ok: boolean }>(
+        `SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'receiver'`,
+      );
+      expect(killed.length).toBeGreaterThan(0);
+      // The pool may hand out a connection it has not yet seen die: one 503 at most, never a crash.
+      const outcome = await store.ingest(event('b')).catch((e: unknown) => e);
+      if (!(outcome instanceof Error)) expect(outcome).toMatchObject({ outcome: 'accepted' });
+      else expect(isUnavailable(outcome)).toBe(true);
+      expect((await store.ingest(event('c'))).outcome).toBe('accepted');
+      await store.ping();
+      await store.close();
+    });
+  });
+
+  describe('several receivers, one database', () => {
+    let db: TestDatabase;
+    beforeAll(async () => {
+      db = await fresh();
+      await (await PostgresStore.open(db.url, { busyTimeoutMs: 2000 })).close();
+      await db.query('CREATE TABLE licences (key text PRIMARY KEY)');
+    });
+
+    /** A module effect whose handler waits for release() while holding its transaction. */
+    function gated() {
+      let entered!: () => void;
+      const inside = new Promise<void>((r) => (entered = r));
+      let release!: () => void;
+      const gate = new Promise<void>((r) => (release = r));
+      const handler = async (h: EffectDb) => {
+        entered();
+        await gate;
+        await h.run('INSERT INTO licences (key) VALUES ($1)', [`k-${Math.random()}`]);
+      };
+      return { inside, release, handler };
+    }
+
+    it('while a module effect holds its transaction, ingest of a duplicate of that event and claims of other events do not wait', async () => {
+      await db.query('TRUNCATE events, effects, attempts, licences RESTART IDENTITY');
+      const store = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
+      const other = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
+      await store.ingest(event('a'));
+      await store.ingest(event('b'));
+      const a = await store.claimEvent('mine', T0, LEASE);
+      const g = gated();
+      const run = store.runTransactionalEffect(a!.lease, 1, { route: 'licence', businessKey: 'k', effectKey: 'licence:k', runToken: 't', force: false }, g.handler, () => T0, LEASE);
+      await g.inside;
+      expect((await other.ingest(event('a'))).outcome).toBe('duplicate');
+      expect((await other.claimEvent('theirs', T0, LEASE))?.deliveryId).toBe('b');
+      g.release();
+      expect(await run).toMatchObject({ action: 'ok' });
+      await store.close();
+      await other.close();
+    });
+
+    it('a module effect whose lease is taken over while its handler runs commits nothing', async () => {
+      await db.query('TRUNCATE events, effects, attempts, licences RESTART IDENTITY');
+      const store = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
+      const other = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
+      await store.ingest(event('a'));
+      const a = await store.claimEvent('slow', T0, LEASE);
+      const g = gated();
+      const run = store.runTransactionalEffect(a!.lease, 1, { route: 'licence', businessKey: 'k', effectKey: 'licence:k', runToken: 't', force: false }, g.handler, () => T0, LEASE);
+      await g.inside;
+      // The slow drain's lease expires; another receiver takes the event.
+      expect((await other.claimEvent('fast', T0 + 2 * LEASE, LEASE))?.lease.owner).toBe('fast');
+      g.release();
+      expect(await run).toEqual({ action: 'lost' });
+      expect(await db.query('SELECT key FROM licences')).toEqual([]);
+      expect(await db.query('SELECT effect_key FROM effects')).toEqual([]);
+      await store.close();
+      await other.close();
+    });
+
+    it('a second receiver deciding a key that a module effect is running waits on the key lock, then skips it', async () => {
+      await db.query('TRUNCATE events, effects, attempts, licences RESTART IDENTITY');
+      const store = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
+      const other = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
+      await store.ingest(event('a'));
+      await store.ingest(event('b'));
+      const a = await store.claimEvent('mine', T0, LEASE);
+      const b = await other.claimEvent('theirs', T0, LEASE);
+      const g = gated();
+      const start = { route: 'licence', businessKey: 'k', effectKey: 'licence:k', runToken: 't', force: false };
+      const first = store.runTransactionalEffect(a!.lease, 1, start, g.handler, () => T0, LEASE);
+      await g.inside;
+      const second = other.beginEffect(b!.lease, 1, { ...start, runToken: 'u' }, T0, LEASE);
+      // Deterministic: wait until the server shows the second one waiting on an advisory lock.
+      for (;;) {
+        const waiting = await db.query(`SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`);
+        if (waiting.length > 0) break;
+        await new Promise((r) => setImmediate(r));
+      }
+      g.release();
+      expect(await first).toMatchObject({ action: 'ok' });
+      expect(await second).toMatchObject({ action: 'skipped' });
+      await store.close();
+      await other.close();
+    });
+  });
+});

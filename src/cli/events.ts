@@ -115,7 +115,7 @@ export function registerEvents(program: Command): void {
     .option('--limit <n>', `at most N events (default ${DEFAULT_LIST_LIMIT})`, positiveInt('--limit'))
     .option('--json', 'print one JSON document (an array)')
     .action(async (options: ListOptions) => {
-      const config = configFrom(options);
+      const config = configFrom(options, { secrets: false });
       const store = await openStoreFor(config);
       let list: EventSummary[];
       try {
@@ -139,7 +139,7 @@ export function registerEvents(program: Command): void {
       if (!/^\d+$/.test(idText) || Number(idText) <= 0) {
         throw new ReceiverError('usage', `"${idText}" is not an event id (a positive whole number)`, { hint: 'find the id with `receiver events list`' });
       }
-      const config = configFrom(options);
+      const config = configFrom(options, { secrets: false });
       const store = await openStoreFor(config);
       let event: EventDetail | undefined;
       try {

@@ -188,7 +188,7 @@ function describe(report: PurgeReport, options: PurgeOptions): string {
 }
 
 export async function purge(options: PurgeOptions): Promise<void> {
-  const config = configFrom(options);
+  const config = configFrom(options, { secrets: false });
   checkOptions(options, config);
   const store = await openStoreFor(config);
   try {

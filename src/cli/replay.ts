@@ -81,7 +81,7 @@ function toJson(result: ReplayResult) {
 }
 
 export async function replay(ids: string[], options: ReplayOptions): Promise<void> {
-  const config = configFrom(options);
+  const config = configFrom(options, { secrets: false });
   const target = targetOf(ids, options);
   const force = options.force === true;
   const store = await openStoreFor(config);

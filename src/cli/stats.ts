@@ -68,7 +68,7 @@ export function registerStats(program: Command): void {
     .description('counts by status, duplicates and conflicts, oldest key age against the retry horizons, stuck claims')
     .option('--json', 'print one JSON document')
     .action(async (options: StatsOptions) => {
-      const config = configFrom(options);
+      const config = configFrom(options, { secrets: false });
       const store = await openStoreFor(config);
       const now = Date.now();
       let s: StoreStats;

@@ -23,6 +23,11 @@ export interface ConfigOverrides {
   host?: string;
   port?: number;
   logLevel?: string;
+  /**
+   * Operator commands (events, stats, replay, purge) verify nothing: they load the
+   * configuration without resolving secrets, so they run without the service's secrets.
+   */
+  withoutSecrets?: boolean;
 }
 
 export const DEFAULT_CONFIG_FILE = './receiver.config.json';
@@ -87,13 +92,17 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
       continue;
     }
     const refs: [string, string][] = [];
-    if (options.secret !== undefined) refs.push([`${field}.secret`, options.secret]);
-    options.secrets?.forEach((s, i) => refs.push([`${field}.secrets.${i}`, s]));
+    if (overrides.withoutSecrets === true) {
+      // Structure only: no secret is read, so none is required.
+    } else {
+      if (options.secret !== undefined) refs.push([`${field}.secret`, options.secret]);
+      options.secrets?.forEach((s, i) => refs.push([`${field}.secrets.${i}`, s]));
+    }
     const secrets: Secret[] = [];
     const keys = new Map<string, Secret>();
     try {
       for (const [f, ref] of refs) secrets.push(resolveSecret(ref, f, env));
-      for (const [kid, ref] of Object.entries(options.keys ?? {})) keys.set(kid, resolveSecret(ref, `${field}.keys.${kid}`, env));
+      for (const [kid, ref] of Object.entries(overrides.withoutSecrets === true ? {} : (options.keys ?? {}))) keys.set(kid, resolveSecret(ref, `${field}.keys.${kid}`, env));
     } catch (e) {
       if (e instanceof ReceiverError) {
         problems.push(e.message + (e.hint === undefined ? '' : ` (try: ${e.hint})`));
@@ -102,7 +111,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
       throw e;
     }
     // Never a silent accept-all: a verifying provider without a secret refuses to start.
-    if (provider.needsSecret && secrets.length === 0 && keys.size === 0) {
+    if (overrides.withoutSecrets !== true && provider.needsSecret && secrets.length === 0 && keys.size === 0) {
       problems.push(`${field}.secret: provider "${provider.name}" needs a secret (set "secret", "secrets" or "keys"; a literal, env:NAME or file:PATH)`);
       continue;
     }
@@ -137,7 +146,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
   });
 
   let token: Secret | undefined;
-  if (raw.metrics.token !== undefined) {
+  if (raw.metrics.token !== undefined && overrides.withoutSecrets !== true) {
     try {
       token = resolveSecret(raw.metrics.token, 'metrics.token', env);
     } catch (e) {

@@ -58,6 +58,12 @@ describe('configuration', () => {
     expect(missing.hint).toMatch(/cp contrib\/receiver\.example\.json/);
   });
 
+  it('operator commands load without secrets: no env needed, and no secret is read', () => {
+    const c = resolveConfig(base({ stripe: { provider: 'stripe', secret: 'env:NOT_SET_ANYWHERE' }, gh: { provider: 'github', keys: { a: 'env:ALSO_UNSET' } } }), 'c.json', { withoutSecrets: true }, {});
+    expect(c.sources.get('stripe')?.secrets).toEqual([]);
+    expect(c.sources.get('stripe')?.retryHorizonHours).toBe(72);
+  });
+
   it('defaults < file < environment < flags', () => {
     const file = join(tmp.dir, 'layer.json');
     writeFileSync(file, JSON.stringify({ port: 9000, host: '127.0.0.2', database: join(tmp.dir, 'file.db') }));

@@ -11,6 +11,7 @@ import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { performance } from 'node:perf_hooks';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 const { resolveConfig } = await import(join(ROOT, 'dist/config/load.js'));

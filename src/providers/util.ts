@@ -21,7 +21,13 @@ export function safeEqual(a: Buffer, b: Buffer): boolean {
 /** Decodes a presented signature; anything undecodable becomes an empty buffer (never equal). */
 export function decodeSignature(text: string, encoding: 'hex' | 'base64'): Buffer {
   if (encoding === 'hex') return /^[0-9a-fA-F]+$/.test(text) && text.length % 2 === 0 ? Buffer.from(text, 'hex') : Buffer.alloc(0);
-  return /^[A-Za-z0-9+/_-]+={0,2}$/.test(text) ? Buffer.from(text, 'base64') : Buffer.alloc(0);
+  if (!/^[A-Za-z0-9+/_-]+={0,2}$/.test(text)) return Buffer.alloc(0);
+  const std = text.replaceAll('-', '+').replaceAll('_', '/');
+  const bytes = Buffer.from(std, 'base64');
+  // Only the canonical spelling (padded or not): Node ignores the unused low bits of the last
+  // character, so without this check a changed signature character could still verify.
+  const canonical = bytes.toString('base64');
+  return std === canonical || std === canonical.replace(/=+$/, '') ? bytes : Buffer.alloc(0);
 }
 
 /**

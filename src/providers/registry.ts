@@ -1,13 +1,22 @@
 import type { Provider } from './types.js';
+import { asaas } from './asaas.js';
 import { github } from './github.js';
+import { gitlab } from './gitlab.js';
 import { hmacSha256 } from './hmac-sha256.js';
+import { lemonsqueezy } from './lemonsqueezy.js';
+import { mailgun } from './mailgun.js';
+import { mailwebhook } from './mailwebhook.js';
 import { none } from './none.js';
+import { paddle } from './paddle.js';
+import { shopify } from './shopify.js';
+import { slack } from './slack.js';
 import { standardWebhooks } from './standard-webhooks.js';
 import { stripe } from './stripe.js';
+import { twilio } from './twilio.js';
 
 /** Every provider by its `provider` config value. Add a sender here and in its own file. */
 export const providers: ReadonlyMap<string, Provider> = new Map(
-  [stripe, github, standardWebhooks, hmacSha256, none].map((p) => [p.name, p]),
+  [stripe, github, standardWebhooks, shopify, gitlab, slack, paddle, lemonsqueezy, mailgun, twilio, asaas, mailwebhook, hmacSha256, none].map((p) => [p.name, p]),
 );
 
 export function providerNames(): string[] {

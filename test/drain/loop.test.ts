@@ -78,6 +78,48 @@ describe('the drain loop', () => {
     db.close();
   });
 
+  it('two drain loops on one file, many deliveries about few business keys: each key runs once', async () => {
+    const out = join(tmp.dir, 'out.txt');
+    const config = makeConfig(
+      {
+        sources: { shop },
+        drain: { pollMs: 10, leaseSeconds: 60 },
+        retry: { maxAttempts: 50, baseSeconds: 0.05, maxSeconds: 0.2 },
+        routes: [{ name: 'licence', source: 'shop', key: '{body.order}', effect: { exec: ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"; sleep 0.01', 'sh', out] } }],
+      },
+      tmp.dir,
+    );
+    store = new SqliteStore(config.database, { busyTimeoutMs: 5000, blockingBusyMs: 5 });
+    const second = new SqliteStore(config.database, { busyTimeoutMs: 5000, blockingBusyMs: 5 });
+    const done = new Set<number>();
+    const byDrain = { one: 0, two: 0 };
+    const onEvent = (which: 'one' | 'two') => (e: EventOutcome) => {
+      byDrain[which]++;
+      if (e.status === 'done') done.add(e.eventId);
+    };
+    for (let i = 0; i < 60; i++) {
+      await store.ingest(newEvent({ source: 'shop', deliveryId: `e${i}`, eventType: 't', body: { order: `o${i % 20}` }, receivedAt: Date.now() }));
+    }
+    drain = startDrain({ config, store, logger: silent, onEvent: onEvent('one'), id: 'one' });
+    const other = startDrain({ config, store: second, logger: silent, onEvent: onEvent('two'), id: 'two' });
+    try {
+      await waitFor(() => (done.size === 60 ? true : undefined), 'all 60 events', 20_000);
+    } finally {
+      await other.stop(1000);
+      await second.close();
+    }
+    // Both drains did real work (they raced for the same events and keys).
+    expect(byDrain.one).toBeGreaterThan(5);
+    expect(byDrain.two).toBeGreaterThan(5);
+    const got = lines(out).sort();
+    expect(got).toHaveLength(20);
+    expect(new Set(got).size).toBe(20);
+    const db = inspect(config.database);
+    expect(db.db.prepare(`SELECT count(*) AS n, sum(runs) AS runs FROM effects WHERE status = 'done'`).get()).toEqual({ n: 20, runs: 20 });
+    expect(db.db.prepare(`SELECT count(*) AS n FROM events WHERE status <> 'done' OR lease_owner IS NOT NULL`).get()).toEqual({ n: 0 });
+    db.close();
+  });
+
   it('stop(grace): a running effect that outlives the grace is killed and left to its lease', async () => {
     const pidFile = join(tmp.dir, 'pid');
     const { config } = setup(50, { exec: ['/bin/sh', '-c', 'echo $$ > "$1"; exec sleep 30', 'sh', pidFile], timeoutSeconds: 40 });

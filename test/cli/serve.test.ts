@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { connect } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
 import { github } from '../../src/providers/github.js';
@@ -37,6 +37,20 @@ describe('receiver serve (child process)', () => {
     const dir = `${tmp.dir}/${k}`;
     mkdirSync(dir);
     return { file: writeConfig(dir, { sources: { gh: source }, ...extra }), db: `${dir}/receiver.db` };
+  };
+
+  /** One route whose exec effect marks its start, runs `seconds`, then marks its end. */
+  const effectConfig = (graceSeconds: number, seconds: number) => {
+    k += 1;
+    const dir = `${tmp.dir}/${k}`;
+    mkdirSync(dir);
+    const script = `touch ${dir}/started; sleep ${seconds}; touch ${dir}/finished`;
+    const file = writeConfig(dir, {
+      sources: { gh: source },
+      shutdownGraceSeconds: graceSeconds,
+      routes: [{ name: 'slow', source: 'gh', events: ['*'], key: '{id}', effect: { exec: ['/bin/sh', '-c', script], timeoutSeconds: 60 } }],
+    });
+    return { file, db: `${dir}/receiver.db`, dir };
   };
 
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
@@ -88,6 +102,45 @@ describe('receiver serve (child process)', () => {
       expect(lines.at(-1)?.msg).toBe('stopped');
     });
   }
+
+  it('SIGTERM while an effect runs: the effect finishes within the grace period, is recorded, exit 0', async () => {
+    const { file, db, dir } = effectConfig(5, 0.7);
+    const serve = await startServe(file, { env });
+    expect((await deliver(serve.url)).status).toBe(202);
+    await waitForFile(`${dir}/started`);
+    const t = Date.now();
+    const code = await serve.stop();
+    const tookMs = Date.now() - t;
+    expect(code).toBe(0);
+    expect(tookMs).toBeLessThan(5000);
+    const conn = new Database(db, { readonly: true });
+    expect(conn.prepare('SELECT status FROM events').pluck().all()).toEqual(['done']);
+    expect(conn.prepare('SELECT outcome FROM attempts').pluck().all()).toEqual(['ok']);
+    conn.close();
+    expect(existsSync(`${dir}/finished`)).toBe(true);
+  });
+
+  it('SIGTERM while an effect outlasts the grace period: exit 0 at the grace, the event is left to its lease', async () => {
+    const { file, db, dir } = effectConfig(1, 20);
+    const serve = await startServe(file, { env });
+    expect((await deliver(serve.url)).status).toBe(202);
+    await waitForFile(`${dir}/started`);
+    const t = Date.now();
+    const code = await serve.stop();
+    const tookMs = Date.now() - t;
+    expect(code).toBe(0);
+    expect(tookMs).toBeGreaterThanOrEqual(900);
+    expect(tookMs).toBeLessThan(4000);
+    const conn = new Database(db, { readonly: true });
+    // Still claimed: another process (or this one restarted) takes it when the lease expires.
+    const row = conn.prepare('SELECT status, lease_expires_at FROM events').get() as { status: string; lease_expires_at: number };
+    conn.close();
+    expect(row.status).toBe('processing');
+    expect(row.lease_expires_at).toBeGreaterThan(Date.now());
+    expect(existsSync(`${dir}/finished`)).toBe(false);
+    const lines = logLines(serve.output().stderr);
+    expect(lines.some((l) => typeof l.msg === 'string' && l.msg.startsWith('drain stop: the running effect did not finish'))).toBe(true);
+  });
 
   it('a client trickling its body does not delay other senders and is cut off at requestTimeoutSeconds', async () => {
     const { file } = configFile({ requestTimeoutSeconds: 1 });
@@ -165,6 +218,12 @@ describe('receiver serve (child process)', () => {
     expect(listening?.host).toBe('127.0.0.1');
   });
 });
+
+/** Bounded wait (5 s) for a file an effect creates. */
+async function waitForFile(path: string): Promise<void> {
+  for (let i = 0; i < 500 && !existsSync(path); i++) await new Promise((r) => setTimeout(r, 10));
+  expect(existsSync(path)).toBe(true);
+}
 
 /** Opens a raw connection, promises 1000 body bytes and trickles one every 100 ms. */
 function trickle(port: number): Promise<{ closedAfterMs: number; bytesSent: number; answer: string }> {

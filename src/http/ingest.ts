@@ -95,7 +95,7 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
         eventType: identity.eventType,
         headers: redactHeaders(delivery.headers, source),
         body: delivery.raw,
-        bodySha256: sha256Hex(delivery.raw),
+        bodySha256: identity.contentHash ?? sha256Hex(delivery.raw),
         extraIds: identity.extra,
         receivedAt: delivery.now,
         successStatus: source.successStatus,

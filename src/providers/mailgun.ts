@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { payloadError, verificationError } from '../errors.js';
 import type { Delivery, Provider } from './types.js';
-import { anyMatches, bodyHashId, checkTolerance, decodeSignature, hmac, jsonBody, parseUnixSeconds, stringAt } from './util.js';
+import { anyMatches, bodyHashId, checkTolerance, decodeSignature, hmac, jsonBody, jsonContentHash, parseUnixSeconds, stringAt } from './util.js';
 
 interface MailgunSignature {
   timestamp: string | undefined;
@@ -54,7 +54,8 @@ export const mailgun: Provider = {
       // event-data.id is the event's own id; the signature block changes on every attempt.
       const id = stringAt(json, ['event-data', 'id']);
       if (id === undefined) throw payloadError('body has no "event-data.id"');
-      return { deliveryId: id, eventType: stringAt(json, ['event-data', 'event']) ?? 'unknown' };
+      // Each attempt is signed afresh: the signature block is not part of the event's content.
+      return { deliveryId: id, eventType: stringAt(json, ['event-data', 'event']) ?? 'unknown', contentHash: jsonContentHash(json as Record<string, unknown>, ['signature']) };
     }
     // Form posts: a route forwarding a stored message (keyed by its Message-Id), or a legacy event.
     const event = form?.get('event') ?? undefined;

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { payloadError, verificationError } from '../errors.js';
 import type { Provider } from './types.js';
-import { anyMatches, checkTolerance, decodeSignature, hmac, parseUnixSeconds, requireHeader, requireJsonObject, stringAt } from './util.js';
+import { anyMatches, checkTolerance, decodeSignature, hmac, jsonContentHash, parseUnixSeconds, requireHeader, requireJsonObject, stringAt } from './util.js';
 
 /** Paddle's ids: `evt_` / `ntf_` followed by 26 lower-case base32 characters. */
 function paddleId(prefix: string): string {
@@ -48,6 +48,8 @@ export const paddle: Provider = {
     return {
       deliveryId: id,
       eventType: stringAt(body, ['event_type']) ?? 'unknown',
+      // A replay carries a new notification_id: the same event, not a conflict.
+      contentHash: jsonContentHash(body, ['notification_id']),
       ...(notificationId === undefined ? {} : { extra: { notificationId } }),
     };
   },

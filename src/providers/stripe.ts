@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { payloadError, verificationError } from '../errors.js';
 import type { Provider } from './types.js';
-import { anyMatches, checkTolerance, decodeSignature, hmac, parseUnixSeconds, requireHeader, requireJsonObject, stringAt } from './util.js';
+import { anyMatches, checkTolerance, decodeSignature, hmac, jsonContentHash, parseUnixSeconds, requireHeader, requireJsonObject, stringAt } from './util.js';
 
 /** `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>...]`; HMAC-SHA256 of `t.body` keyed by the whole whsec_ string. */
 export const stripe: Provider = {
@@ -33,7 +33,8 @@ export const stripe: Provider = {
     const body = requireJsonObject(d, 'the event id');
     const id = stringAt(body, ['id']);
     if (id === undefined) throw payloadError('body has no "id"');
-    return { deliveryId: id, eventType: stringAt(body, ['type']) ?? 'unknown' };
+    // pending_webhooks counts the endpoints still owed this event: it can change between retries.
+    return { deliveryId: id, eventType: stringAt(body, ['type']) ?? 'unknown', contentHash: jsonContentHash(body, ['pending_webhooks']) };
   },
 
   sign(body, secret, now) {

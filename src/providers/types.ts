@@ -40,6 +40,13 @@ export interface Identity {
   eventType: string;
   /** Further ids worth keeping beside the delivery id (Shopify's event id). */
   extra?: Record<string, string>;
+  /**
+   * What decides duplicate (same) against conflict (different) for one delivery id.
+   * Default: SHA-256 of the raw body. Senders whose honest redeliveries differ in known
+   * fields (Paddle's notification_id, Mailgun's signature block, Stripe's
+   * pending_webhooks) hash the body without them, so a redelivery is not answered 409.
+   */
+  contentHash?: string;
 }
 
 /** An answer a sender demands before it will deliver (Slack's url_verification). */

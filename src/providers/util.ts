@@ -95,6 +95,16 @@ export function stringAt(obj: unknown, path: readonly string[]): string | undefi
   return undefined;
 }
 
+/**
+ * A content hash of a JSON object without the fields a sender changes between honest
+ * redeliveries of one event (see Identity.contentHash). Key order is the sender's own.
+ */
+export function jsonContentHash(body: Record<string, unknown>, volatile: readonly string[]): string {
+  const rest: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(body)) if (!volatile.includes(k)) rest[k] = v;
+  return `json-without-${volatile.join(',')}:${sha256Hex(JSON.stringify(rest))}`;
+}
+
 /** The fallback delivery id for senders with none: stable across retries of the same bytes. */
 export function bodyHashId(d: Delivery): string {
   return `sha256:${sha256Hex(d.raw)}`;

@@ -12,8 +12,8 @@ import * as ops from './ops.js';
 
 /**
  * The PostgreSQL store: several receivers on several machines share one database.
- * A small pool per process: ingest holds one connection at a time (group commit, one
- * transaction per batch), the drain one (a module effect holds it across its handler),
+ * A small pool per process: ingest holds one connection at a time (group commit: one
+ * INSERT statement per batch, see ./ingest.ts), the drain one (a module effect holds it across its handler),
  * operator commands and health checks the rest.
  */
 export class PostgresStore implements Store {
@@ -24,7 +24,7 @@ export class PostgresStore implements Store {
 
   private constructor(conn: Conn) {
     this.#conn = conn;
-    this.#group = new GroupCommit((items) => this.#conn.transaction('ingest', (client) => ingestBatch(client, items)));
+    this.#group = new GroupCommit((items) => ingestBatch(this.#conn, items));
   }
 
   /** Connects, refuses a database written by a newer receiver, migrates an older one. */

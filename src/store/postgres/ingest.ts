@@ -1,5 +1,5 @@
-import type { ClientBase } from 'pg';
 import { acceptedAnswer, conflictAnswer, type IngestResult, type NewEvent } from '../types.js';
+import type { Conn } from './conn.js';
 
 /** Rows and bytes per INSERT statement: bounds one Bind message whatever the batch holds. */
 const CHUNK_ROWS = 200;
@@ -17,95 +17,91 @@ interface ExistingRow {
 const keyOf = (source: string, deliveryId: string) => `${source}\u0000${deliveryId}`;
 
 /**
- * Stores one batch inside the caller's transaction (BEGIN ... COMMIT around it).
+ * Stores one group-commit batch and decides every item's answer.
  *
  * The dedupe decision is the database's: `INSERT ... ON CONFLICT (source, delivery_id)
- * DO NOTHING RETURNING id`, never a read first. A row that comes back was inserted by this
- * batch; any other item is a duplicate or a conflict of a row that exists now.
+ * DO NOTHING RETURNING id`, never a read first. Event ids are drawn from the sequence
+ * first, in arrival order, so each row is inserted complete with its stored answer: the
+ * INSERT is then one statement, its own transaction, committed (and flushed: the pool
+ * sets synchronous_commit=on) when it returns. A batch of new deliveries costs two round
+ * trips. A row that comes back was inserted by this batch; every other item is a
+ * duplicate or a conflict of a row that exists, committed, now. Those are answered from
+ * that row in a second transaction, which also counts duplicates and records conflicts.
  *
  * Rows are inserted sorted by (source, delivery id), arrival order breaking ties: two
- * receivers inserting the same delivery ids in one batch each then wait on each other in
- * the same order and cannot deadlock, and within a batch the first arrival of a delivery
- * id is the one stored. (Items of one batch arrived in the same event-loop turn; their
- * order among different delivery ids carries no meaning.)
+ * receivers inserting the same delivery ids at once wait on each other in the same order
+ * and cannot deadlock, and within a batch the first arrival of a delivery id is stored.
  */
-export async function ingestBatch(client: ClientBase, items: readonly NewEvent[]): Promise<IngestResult[]> {
-  const order = items.map((_, i) => i).sort((a, b) => compareItems(items[a]!, items[b]!) || a - b);
+export async function ingestBatch(conn: Conn, items: readonly NewEvent[]): Promise<IngestResult[]> {
+  const ids = await conn.query<{ id: number }>('ingest', `SELECT nextval(pg_get_serial_sequence('events', 'id')) AS id FROM generate_series(1, $1)`, [items.length]);
+  const rows = items.map((event, i) => ({ event, id: ids.rows[i]!.id, arrival: i }));
+  rows.sort((a, b) => compareItems(a.event, b.event) || a.arrival - b.arrival);
 
-  const insertedId = new Map<string, number>();
-  for (const chunk of chunks(order.map((i) => items[i]!))) {
-    const { rows } = await client.query<{ id: number; source: string; delivery_id: string }>(insertSql(chunk.length), insertParams(chunk));
-    for (const r of rows) insertedId.set(keyOf(r.source, r.delivery_id), r.id);
+  const inserted = new Set<number>();
+  for (const chunk of chunks(rows, (r) => r.event)) {
+    const result = await conn.query<{ id: number }>('ingest', insertSql(chunk.length), insertParams(chunk));
+    for (const r of result.rows) inserted.add(r.id);
   }
 
   const results: (IngestResult | undefined)[] = new Array(items.length);
-  const answers: { id: number; body: string }[] = [];
   const rest: number[] = [];
   items.forEach((e, i) => {
-    const key = keyOf(e.source, e.deliveryId);
-    const id = insertedId.get(key);
-    if (id !== undefined) {
-      // The first item of this batch with this delivery id is the one inserted.
-      insertedId.delete(key);
-      const body = acceptedAnswer(id);
-      answers.push({ id, body });
-      results[i] = { outcome: 'accepted', eventId: id, status: e.successStatus, body };
-    } else {
-      rest.push(i);
+    const id = ids.rows[i]!.id;
+    if (inserted.has(id)) results[i] = { outcome: 'accepted', eventId: id, status: e.successStatus, body: acceptedAnswer(id) };
+    else rest.push(i);
+  });
+  if (rest.length > 0) await answerExisting(conn, items, rest, results);
+  return results as IngestResult[];
+}
+
+/**
+ * Duplicates and conflicts: the rows that made them so, read after the write. Locked in
+ * id order, so concurrent batches counting duplicates of the same events take their row
+ * locks in one order (no deadlock).
+ */
+async function answerExisting(conn: Conn, items: readonly NewEvent[], rest: number[], results: (IngestResult | undefined)[]): Promise<void> {
+  await conn.transaction('ingest', async (client) => {
+    const { rows } = await client.query<ExistingRow>(
+      `SELECT id, source, delivery_id, body_sha256, response_status, response_body FROM events
+       WHERE (source, delivery_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+       ORDER BY id FOR NO KEY UPDATE`,
+      [rest.map((i) => items[i]!.source), rest.map((i) => items[i]!.deliveryId)],
+    );
+    const existing = new Map(rows.map((r) => [keyOf(r.source, r.delivery_id), r]));
+    const duplicates = new Map<number, number>();
+    const conflicts: { row: ExistingRow; event: NewEvent }[] = [];
+    for (const i of rest) {
+      const e = items[i]!;
+      const row = existing.get(keyOf(e.source, e.deliveryId));
+      // ON CONFLICT skipped it, yet no row: purged in between. The batch fails and
+      // GroupCommit retries each item alone, where it is inserted afresh.
+      if (row === undefined) throw new Error(`insert of ${e.source}/${e.deliveryId} was skipped as a conflict but no row exists`);
+      if (row.body_sha256 === e.bodySha256) {
+        duplicates.set(row.id, (duplicates.get(row.id) ?? 0) + 1);
+        results[i] = { outcome: 'duplicate', eventId: row.id, status: row.response_status, body: row.response_body };
+      } else {
+        conflicts.push({ row, event: e });
+        results[i] =
+          e.onConflict === 'accept'
+            ? { outcome: 'conflict', eventId: row.id, status: row.response_status, body: row.response_body }
+            : { outcome: 'conflict', eventId: row.id, status: 409, body: conflictAnswer(row.id, e.deliveryId) };
+      }
+    }
+    if (duplicates.size > 0) {
+      await client.query(`UPDATE events AS e SET duplicates = e.duplicates + u.n FROM unnest($1::bigint[], $2::int[]) AS u(id, n) WHERE e.id = u.id`, [
+        [...duplicates.keys()],
+        [...duplicates.values()],
+      ]);
+    }
+    for (const chunk of chunks(conflicts, (c) => c.event)) {
+      const params: unknown[] = [];
+      const values = chunk.map(({ row, event: e }) => {
+        const n = params.push(row.id, e.source, e.deliveryId, e.receivedAt, e.bodySha256, JSON.stringify(e.headers), e.body);
+        return `($${n - 6}, $${n - 5}, $${n - 4}, $${n - 3}, $${n - 2}, $${n - 1}, $${n})`;
+      });
+      await client.query(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES ${values.join(', ')}`, params);
     }
   });
-  if (answers.length > 0) {
-    await client.query(`UPDATE events AS e SET response_body = u.body FROM unnest($1::bigint[], $2::text[]) AS u(id, body) WHERE e.id = u.id`, [
-      answers.map((a) => a.id),
-      answers.map((a) => a.body),
-    ]);
-  }
-  if (rest.length === 0) return results as IngestResult[];
-
-  // The rows that made the others duplicates or conflicts, read after the write in this
-  // transaction. Locked in id order, so concurrent batches counting duplicates of the
-  // same events take their row locks in one order (no deadlock).
-  const { rows } = await client.query<ExistingRow>(
-    `SELECT id, source, delivery_id, body_sha256, response_status, response_body FROM events
-     WHERE (source, delivery_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
-     ORDER BY id FOR NO KEY UPDATE`,
-    [rest.map((i) => items[i]!.source), rest.map((i) => items[i]!.deliveryId)],
-  );
-  const existing = new Map(rows.map((r) => [keyOf(r.source, r.delivery_id), r]));
-  const duplicates = new Map<number, number>();
-  const conflicts: { row: ExistingRow; event: NewEvent }[] = [];
-  for (const i of rest) {
-    const e = items[i]!;
-    const row = existing.get(keyOf(e.source, e.deliveryId));
-    // ON CONFLICT skipped it, yet no row: deleted in between (purge). The batch fails and
-    // GroupCommit retries each item alone, where it is inserted afresh.
-    if (row === undefined) throw new Error(`insert of ${e.source}/${e.deliveryId} was skipped as a conflict but no row exists`);
-    if (row.body_sha256 === e.bodySha256) {
-      duplicates.set(row.id, (duplicates.get(row.id) ?? 0) + 1);
-      results[i] = { outcome: 'duplicate', eventId: row.id, status: row.response_status, body: row.response_body };
-    } else {
-      conflicts.push({ row, event: e });
-      results[i] =
-        e.onConflict === 'accept'
-          ? { outcome: 'conflict', eventId: row.id, status: row.response_status, body: row.response_body }
-          : { outcome: 'conflict', eventId: row.id, status: 409, body: conflictAnswer(row.id, e.deliveryId) };
-    }
-  }
-  if (duplicates.size > 0) {
-    await client.query(`UPDATE events AS e SET duplicates = e.duplicates + u.n FROM unnest($1::bigint[], $2::int[]) AS u(id, n) WHERE e.id = u.id`, [
-      [...duplicates.keys()],
-      [...duplicates.values()],
-    ]);
-  }
-  for (const chunk of chunks(conflicts, (c) => c.event)) {
-    const params: unknown[] = [];
-    const values = chunk.map(({ row, event: e }) => {
-      const n = params.push(row.id, e.source, e.deliveryId, e.receivedAt, e.bodySha256, JSON.stringify(e.headers), e.body);
-      return `($${n - 6}, $${n - 5}, $${n - 4}, $${n - 3}, $${n - 2}, $${n - 1}, $${n})`;
-    });
-    await client.query(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES ${values.join(', ')}`, params);
-  }
-  return results as IngestResult[];
 }
 
 function compareItems(a: NewEvent, b: NewEvent): number {
@@ -115,23 +111,26 @@ function compareItems(a: NewEvent, b: NewEvent): number {
   return 0;
 }
 
-const COLUMNS = 10;
+const COLUMNS = 12;
 
 function insertSql(rows: number): string {
   const values: string[] = [];
   for (let r = 0; r < rows; r++) {
     const p = (c: number) => `$${r * COLUMNS + c}`;
-    values.push(`(${p(1)}, ${p(2)}, ${p(3)}, 'pending', ${p(4)}, ${p(5)}, ${p(6)}, ${p(7)}, ${p(8)}, ${p(9)}, ${p(10)})`);
+    values.push(`(${p(1)}, ${p(2)}, ${p(3)}, ${p(4)}, 'pending', ${p(5)}, ${p(6)}, ${p(7)}, ${p(8)}, ${p(9)}, ${p(10)}, ${p(11)}, ${p(12)})`);
   }
+  // OVERRIDING SYSTEM VALUE: the ids were drawn from the identity's own sequence above.
   return `INSERT INTO events
-    (source, delivery_id, event_type, status, received_at, headers, body, body_sha256, extra_ids, response_status, next_attempt_at)
+    (id, source, delivery_id, event_type, status, received_at, headers, body, body_sha256, extra_ids, response_status, response_body, next_attempt_at)
+    OVERRIDING SYSTEM VALUE
     VALUES ${values.join(', ')}
     ON CONFLICT (source, delivery_id) DO NOTHING
-    RETURNING id, source, delivery_id`;
+    RETURNING id`;
 }
 
-function insertParams(chunk: readonly NewEvent[]): unknown[] {
-  return chunk.flatMap((e) => [
+function insertParams(chunk: readonly { event: NewEvent; id: number }[]): unknown[] {
+  return chunk.flatMap(({ event: e, id }) => [
+    id,
     e.source,
     e.deliveryId,
     e.eventType,
@@ -141,13 +140,15 @@ function insertParams(chunk: readonly NewEvent[]): unknown[] {
     e.bodySha256,
     e.extraIds === undefined ? null : JSON.stringify(e.extraIds),
     e.successStatus,
+    // The answer a duplicate of this delivery will get, byte for byte.
+    acceptedAnswer(id),
     // Due as soon as it is received.
     e.receivedAt,
   ]);
 }
 
 /** Splits a list, in order, into chunks bounded in rows and body bytes. */
-function chunks<T>(list: readonly T[], eventOf: (t: T) => NewEvent = (t) => t as unknown as NewEvent): T[][] {
+function chunks<T>(list: readonly T[], eventOf: (t: T) => NewEvent): T[][] {
   const out: T[][] = [];
   let current: T[] = [];
   let bytes = 0;

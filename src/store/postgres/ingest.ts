@@ -87,6 +87,9 @@ async function answerExisting(conn: Conn, items: readonly NewEvent[], rest: numb
             : { outcome: 'conflict', eventId: row.id, status: 409, body: conflictAnswer(row.id, e.deliveryId) };
       }
     }
+    // Only duplicates: the counter is a statistic, and no answer depends on it being on
+    // disk, so this commit need not wait for a WAL flush (a conflict record still does).
+    if (conflicts.length === 0) await client.query(`SELECT set_config('synchronous_commit', 'off', true)`);
     if (duplicates.size > 0) {
       await client.query(`UPDATE events AS e SET duplicates = e.duplicates + u.n FROM unnest($1::bigint[], $2::int[]) AS u(id, n) WHERE e.id = u.id`, [
         [...duplicates.keys()],

@@ -159,8 +159,10 @@ export async function serve(options: ServeOptions): Promise<void> {
 
   const stop = async (signal: string) => {
     if (stopping) {
-      logger.warn({ signal }, 'already shutting down; send SIGKILL to stop at once');
-      return;
+      // A second Ctrl-C: leave now. Nothing is lost: a sender got a 2xx only for a committed
+      // row, and a running effect is retried after its lease.
+      logger.warn({ signal }, 'second signal: exiting without waiting');
+      process.exit(1);
     }
     stopping = true;
     const graceMs = config.shutdownGraceSeconds * 1000;
@@ -196,4 +198,12 @@ export async function serve(options: ServeOptions): Promise<void> {
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
+  // A bug must not leave a half-working process: log it as one JSON line and exit 1, for
+  // systemd to restart (Restart=on-failure). Committed events are safe; claims come back.
+  const crash = (what: string) => (e: unknown) => {
+    logger.fatal({ err: e }, what);
+    process.exit(1);
+  };
+  process.on('uncaughtException', crash('uncaught exception'));
+  process.on('unhandledRejection', crash('unhandled promise rejection'));
 }

@@ -1,9 +1,11 @@
 import Database from 'better-sqlite3';
-import { existsSync, mkdirSync } from 'node:fs';
+import type { ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
 import { github } from '../../src/providers/github.js';
-import { startServe, tempDir, writeConfig } from '../helpers.js';
+import { configSchema } from '../../src/config/schema.js';
+import { REPO, startServe, tempDir, writeConfig } from '../helpers.js';
 
 /**
  * `receiver serve` as a real child process: clean shutdown under load, server timeouts
@@ -86,7 +88,7 @@ describe('receiver serve (child process)', () => {
       };
       const workers = Array.from({ length: 16 }, worker);
       await signalled;
-      const code = await serve.stop();
+      const code = await exitOf(serve.child); // serve.stop() would send a second signal
       const tookMs = Date.now() - signalledAt;
       await Promise.all(workers);
 
@@ -140,6 +142,37 @@ describe('receiver serve (child process)', () => {
     expect(existsSync(`${dir}/finished`)).toBe(false);
     const lines = logLines(serve.output().stderr);
     expect(lines.some((l) => typeof l.msg === 'string' && l.msg.startsWith('drain stop: the running effect did not finish'))).toBe(true);
+  });
+
+  it('a second signal during the grace period exits at once (exit 1); the event is left to its lease', async () => {
+    const { file, db, dir } = effectConfig(20, 20);
+    const serve = await startServe(file, { env });
+    expect((await deliver(serve.url)).status).toBe(202);
+    await waitForFile(`${dir}/started`);
+    const t = Date.now();
+    serve.child.kill('SIGTERM');
+    for (let i = 0; i < 200 && !serve.output().stderr.includes('"msg":"shutting down"'); i++) await new Promise((r) => setTimeout(r, 10));
+    const code = await serve.stop('SIGINT');
+    expect(code).toBe(1);
+    expect(Date.now() - t).toBeLessThan(3000);
+    const conn = new Database(db, { readonly: true });
+    expect(conn.prepare('SELECT status FROM events').pluck().get()).toBe('processing');
+    conn.close();
+  });
+
+  it('contrib/receiver.service stops receiver alone with SIGTERM and waits longer than the default grace', () => {
+    const unit = readFileSync(`${REPO}contrib/receiver.service`, 'utf8');
+    const setting = (name: string) => new RegExp(`^${name}=(.*)$`, 'm').exec(unit)?.[1];
+    expect(setting('KillSignal')).toBe('SIGTERM');
+    expect(setting('KillMode')).toBe('mixed');
+    expect(Number(setting('TimeoutStopSec'))).toBeGreaterThan(configSchema.parse({}).shutdownGraceSeconds + 5);
+    expect(setting('User')).toBe('receiver');
+    expect(setting('WorkingDirectory')).toBe('/var/lib/receiver');
+    expect(setting('EnvironmentFile')).toBe('/etc/receiver/env');
+    expect(setting('Restart')).toBe('on-failure');
+    for (const hardening of ['NoNewPrivileges=yes', 'ProtectSystem=strict', 'ReadWritePaths=/var/lib/receiver', 'PrivateTmp=yes', 'ProtectHome=yes']) expect(unit).toMatch(new RegExp(`^${hardening}$`, 'm'));
+    // Node's JIT needs writable executable memory: this option would crash it at start.
+    expect(unit).not.toMatch(/^MemoryDenyWriteExecute=yes/m);
   });
 
   it('a client trickling its body does not delay other senders and is cut off at requestTimeoutSeconds', async () => {
@@ -218,6 +251,12 @@ describe('receiver serve (child process)', () => {
     expect(listening?.host).toBe('127.0.0.1');
   });
 });
+
+/** The exit code, without sending anything (a second signal means "exit now"). */
+function exitOf(child: ChildProcess): Promise<number | null> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(child.exitCode);
+  return new Promise((resolve) => child.once('exit', (code) => resolve(code)));
+}
 
 /** Bounded wait (5 s) for a file an effect creates. */
 async function waitForFile(path: string): Promise<void> {

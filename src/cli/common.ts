@@ -1,6 +1,8 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { loadConfig, type Config, type ConfigOverrides } from '../config/load.js';
-import { openStore } from '../store/open.js';
+import { isPostgresUrl, openStore } from '../store/open.js';
+import { existsSync } from 'node:fs';
+import { ReceiverError } from '../errors.js';
 import type { Store } from '../store/types.js';
 
 /** Options every subcommand takes (-c/--config, --db). */
@@ -27,6 +29,15 @@ export function configFrom(options: CommonOptions & Omit<ConfigOverrides, 'confi
 
 /** For one-shot commands: SQLite waits for the lock the whole busy timeout (no server to keep responsive). */
 export function openStoreFor(config: Config): Promise<Store> {
+  // Operator commands never create a database: a relative path typed in the wrong
+  // directory would otherwise answer "no events" from a new, empty file.
+  if (!isPostgresUrl(config.database) && !existsSync(config.database)) {
+    return Promise.reject(
+      new ReceiverError('runtime', `no database at ${config.database}`, {
+        hint: 'pass --db with the path serve uses (see "database" in the configuration; a relative path is resolved against the current directory)',
+      }),
+    );
+  }
   return openStore(config.database, { busyTimeoutMs: Math.max(config.busyTimeoutMs, 5000) });
 }
 

@@ -43,12 +43,14 @@ export const REDACT_PATHS = [
  * object per line, `level` as a word ("info", "warn", ...), `time` in ISO 8601.
  * The level comes from --log-level, $RECEIVER_LOG_LEVEL or the config's log.level.
  */
-export function createLogger(level: string, destination: number = 2): Logger {
+export function createLogger(level: string, destination: number = 2, options: { redact?: boolean } = {}): Logger {
   return pino(
     {
       level,
       base: { pid: process.pid },
-      redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+      // Off only for loggers whose every field is listed by hand (the per-delivery line):
+      // checking ~70 paths on each line cost 7% of the ingest thread under load.
+      ...(options.redact === false ? {} : { redact: { paths: REDACT_PATHS, censor: '[redacted]' } }),
       timestamp: pino.stdTimeFunctions.isoTime,
       // Words, not pino's numbers: `jq 'select(.level == "error")'` reads as it means.
       formatters: { level: (label) => ({ level: label }) },

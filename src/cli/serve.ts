@@ -94,6 +94,8 @@ export function serverTimeouts(config: Pick<Config, 'requestTimeoutSeconds'>) {
 export async function serve(options: ServeOptions): Promise<void> {
   const config = configFrom(options);
   const logger = createLogger(config.log.level);
+  // The delivery line is built field by field in logDelivery (ids, outcome, status, duration).
+  const deliveryLogger = createLogger(config.log.level, 2, { redact: false });
   // What check-config prints (secrets hidden), for a debug session.
   logger.debug({ configuration: describeConfig(config) }, 'configuration');
   for (const source of config.sources.values()) {
@@ -118,7 +120,7 @@ export async function serve(options: ServeOptions): Promise<void> {
     store,
     maxBodyBytes: config.maxBodyBytes,
     onOutcome: (o) => {
-      logDelivery(logger, o);
+      logDelivery(deliveryLogger, o);
       metrics.observeDelivery(o);
     },
     onAccepted: () => drain?.wake(),

@@ -208,7 +208,7 @@ const TX_CONTROL = /^\s*(BEGIN|START|COMMIT|END|ROLLBACK|ABORT|SAVEPOINT|RELEASE
  * leaves the transaction as it was, as on SQLite, instead of aborting it. Statements run
  * one at a time, in call order.
  */
-function effectDb(client: PoolClient): { handle: EffectDb; close: () => void } {
+function effectDb(client: PoolClient): { handle: EffectDb; close: () => Promise<void> } {
   let open = true;
   let chain: Promise<unknown> = Promise.resolve();
   const exec = (sql: string, params: readonly unknown[]) => {
@@ -239,7 +239,13 @@ function effectDb(client: PoolClient): { handle: EffectDb; close: () => void } {
       return { changes: (await exec(sql, params)).rowCount ?? 0 };
     },
   };
-  return { handle, close: () => (open = false) };
+  // Closing refuses new statements, then waits for any the handler left running without
+  // awaiting: the ledger row must not be written between one of them and its savepoint.
+  const close = async () => {
+    open = false;
+    await chain;
+  };
+  return { handle, close };
 }
 
 function message(e: unknown): string {
@@ -297,7 +303,7 @@ export async function runTransactionalEffect(
   } catch (e) {
     failure = { error: e };
   } finally {
-    close();
+    await close();
   }
 
   if (failure === undefined) {

@@ -29,7 +29,7 @@ export class PostgresStore implements Store {
 
   /** Connects, refuses a database written by a newer receiver, migrates an older one. */
   static async open(url: string, options: OpenStoreOptions): Promise<PostgresStore> {
-    const pool = await openPostgres(url, { busyTimeoutMs: options.busyTimeoutMs });
+    const pool = await openPostgres(url, { busyTimeoutMs: options.busyTimeoutMs, server: options.server === true });
     return new PostgresStore(new Conn(pool, options.busyTimeoutMs));
   }
 

@@ -33,8 +33,10 @@ const keyOf = (source: string, deliveryId: string) => `${source}\u0000${delivery
  * and cannot deadlock, and within a batch the first arrival of a delivery id is stored.
  */
 export async function ingestBatch(conn: Conn, items: readonly NewEvent[]): Promise<IngestResult[]> {
-  const ids = await conn.query<{ id: number }>('ingest', `SELECT nextval(pg_get_serial_sequence('events', 'id')) AS id FROM generate_series(1, $1)`, [items.length]);
-  const rows = items.map((event, i) => ({ event, id: ids.rows[i]!.id, arrival: i }));
+  const drawn = await conn.query<{ id: number }>('ingest', `SELECT nextval(pg_get_serial_sequence('events', 'id')) AS id FROM generate_series(1, $1)`, [items.length]);
+  // Ascending, whatever order the rows came back in: the i-th arrival gets the i-th id.
+  const ids = drawn.rows.map((r) => r.id).sort((a, b) => a - b);
+  const rows = items.map((event, i) => ({ event, id: ids[i]!, arrival: i }));
   rows.sort((a, b) => compareItems(a.event, b.event) || a.arrival - b.arrival);
 
   const inserted = new Set<number>();
@@ -46,7 +48,7 @@ export async function ingestBatch(conn: Conn, items: readonly NewEvent[]): Promi
   const results: (IngestResult | undefined)[] = new Array(items.length);
   const rest: number[] = [];
   items.forEach((e, i) => {
-    const id = ids.rows[i]!.id;
+    const id = ids[i]!;
     if (inserted.has(id)) results[i] = { outcome: 'accepted', eventId: id, status: e.successStatus, body: acceptedAnswer(id) };
     else rest.push(i);
   });

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { ReceiverError } from '../../errors.js';
+import { redactUrl } from '../../log.js';
 import { postgresError } from './errors.js';
 import { LATEST_VERSION, migrations } from './migrations.js';
 
@@ -9,6 +10,11 @@ export type PoolClient = pg.PoolClient;
 export interface PostgresOpenOptions {
   /** How long a statement may wait for a lock, or a caller for a connection, before 503. */
   busyTimeoutMs: number;
+  /**
+   * serve: a statement running past the busy timeout fails too (the sender gets a 503 and
+   * retries). One-shot commands (stats, events, purge counts) may read for longer.
+   */
+  server?: boolean;
   /** Connections per process. Ingest holds one at a time (group commit), the drain one. */
   poolSize?: number;
 }
@@ -25,15 +31,10 @@ const types = {
     oid === pg.types.builtins.INT8 && format !== 'binary' ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
 };
 
-/** The URL with any password hidden, for messages and logs. */
-export function redactUrl(url: string): string {
-  return url.replace(/\/\/([^:/@]+):[^@]*@/, '//$1:***@');
-}
-
 export function createPool(url: string, options: PostgresOpenOptions): Pool {
   // 0 means "no limit" to PostgreSQL; for us it means "do not wait", so 1 ms.
   const lockTimeout = Math.max(1, options.busyTimeoutMs);
-  const statementTimeout = Math.max(1000, options.busyTimeoutMs);
+  const statementTimeout = Math.max(options.server === true ? 1000 : 60_000, options.busyTimeoutMs);
   const pool = new pg.Pool({
     connectionString: url,
     max: options.poolSize ?? 4,

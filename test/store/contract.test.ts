@@ -495,6 +495,23 @@ describe.each(backends)('$name store contract', (backend) => {
       expect(await licences()).toEqual(['cus_2=2', 'taken=0']);
     });
 
+    it('a statement the handler started but did not await still belongs to the transaction', async () => {
+      const { lease } = await claimed('a');
+      const out = await store.runTransactionalEffect(
+        lease,
+        1,
+        start('licence', 'cus_3'),
+        async (db) => {
+          void db.run(`INSERT INTO licences (key, n) VALUES (${p(1)}, ${p(2)})`, ['cus_3', 1]);
+        },
+        () => T0,
+        LEASE,
+      );
+      expect(out).toMatchObject({ action: 'ok' });
+      expect(await licences()).toEqual(['cus_3=1']);
+      expect(await o.rows('SELECT effect_key FROM effects')).toHaveLength(1);
+    });
+
     it('refuses transaction control from the handler, and a handle used after the transaction ended', async () => {
       const { lease } = await claimed('a');
       let kept: EffectDb | undefined;

@@ -212,10 +212,12 @@ function effectDb(client: PoolClient): { handle: EffectDb; close: () => Promise<
   let open = true;
   let chain: Promise<unknown> = Promise.resolve();
   const exec = (sql: string, params: readonly unknown[]) => {
+    // Checked when called, as on SQLite: a statement issued while the handler runs belongs
+    // to the transaction even if the handler returns before it finishes.
+    if (!open) return Promise.reject(new Error('the effect transaction has ended; db is closed (await every query inside the handler)'));
+    // The handler's writes belong to our transaction; it must not commit or end it.
+    if (TX_CONTROL.test(sql)) return Promise.reject(new Error("a module effect runs inside the receiver's transaction; do not BEGIN, COMMIT or ROLLBACK"));
     const run = async () => {
-      if (!open) throw new Error('the effect transaction has ended; db is closed (await every query inside the handler)');
-      // The handler's writes belong to our transaction; it must not commit or end it.
-      if (TX_CONTROL.test(sql)) throw new Error("a module effect runs inside the receiver's transaction; do not BEGIN, COMMIT or ROLLBACK");
       await client.query('SAVEPOINT receiver_effect_statement');
       try {
         const result = await client.query(sql, params as unknown[]);

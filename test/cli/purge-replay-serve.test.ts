@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
-import { runCli, startServe, tempDir, writeConfig, type CliResult } from '../helpers.js';
+import { runCli, startServe, tempDir, writeConfig } from '../helpers.js';
 import { count, DAY, insertAttempt, insertConflict, insertEffect, insertEvent, seedDb } from '../store/ops-seed.js';
 
 /**
@@ -95,13 +95,12 @@ describe('purge and replay while serve runs', () => {
         }
       };
       const senders = [0, 1, 2, 3].map(sender);
-      const commands: Promise<CliResult>[] = [
+      const [purge, replayA, replayB, replayDead] = await Promise.all([
         runCli(['purge', '-c', config, '--days', '30', '--batch-size', '200', '--json']),
         runCli(['replay', '-c', config, String(a.id), '--json']),
         runCli(['replay', '-c', config, String(b.id), '--force', '--json']),
         runCli(['replay', '-c', config, '--dead', '--json']),
-      ];
-      const [purge, replayA, replayB, replayDead] = await Promise.all(commands);
+      ]);
       operatorDone = true;
       await Promise.all(senders);
       await settled();

@@ -148,6 +148,25 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
     });
   });
 
+  describe('ingest batches', () => {
+    it('a batch larger than one INSERT statement holds is split, and the first arrival of an id still wins', async () => {
+      const db = await fresh();
+      const store = await PostgresStore.open(db.url, { busyTimeoutMs: 5000, server: true });
+      const items = Array.from({ length: 450 }, (_, i) => event(`d-${String(i).padStart(3, '0')}`));
+      // Same ids as the first and the 300th, arriving last: a duplicate and a conflict across chunks.
+      items.push(event('d-000'), event('d-299', '{"other":true}'));
+      const results = await Promise.all(items.map((e) => store.ingest(e)));
+      expect(results.slice(0, 450).every((r) => r.outcome === 'accepted')).toBe(true);
+      expect(results[450]).toEqual({ ...results[0], outcome: 'duplicate' });
+      expect(results[451]).toMatchObject({ outcome: 'conflict', status: 409, eventId: results[299]!.eventId });
+      // Ids in arrival order.
+      const ids = results.slice(0, 450).map((r) => r.eventId);
+      expect(ids).toEqual([...ids].sort((a, b) => a - b));
+      expect(await db.query<{ n: number }>('SELECT count(*) AS n FROM events')).toEqual([{ n: 450 }]);
+      await store.close();
+    });
+  });
+
   describe('several receivers, one database', () => {
     let db: TestDatabase;
     beforeAll(async () => {

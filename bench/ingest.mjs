@@ -78,7 +78,7 @@ let seq = 0;
 function nextBody() {
   seq++;
   // One in ten is a duplicate of a recent delivery (same id, same bytes), as senders retry.
-  if (cursor > 100 && seq % 10 === 0) return pool[cursor - 1 - Math.floor(Math.random() * 100)];
+  if (cursor > 100 && seq % 10 === 0) return pool[(cursor - 1 - Math.floor(Math.random() * 100)) % POOL_SIZE];
   const entry = pool[cursor % POOL_SIZE];
   cursor++;
   return entry;

@@ -237,7 +237,8 @@ const MARK_DONE_TX = `INSERT INTO effects (effect_key, route, business_key, stat
 const MARK_FAILED_TX = `INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, started_at, finished_at, last_error)
   VALUES (?, ?, ?, 'failed', ?, 0, ?, ?, ?)
   ON CONFLICT (effect_key) DO UPDATE SET
-    status = CASE WHEN status = 'done' THEN 'done' ELSE 'failed' END,
+    -- Never over another run's state: a done key stays done, a running one stays running.
+    status = CASE WHEN status IN ('done', 'running') THEN status ELSE 'failed' END,
     finished_at = excluded.finished_at, last_error = excluded.last_error`;
 
 const TX_CONTROL = /^\s*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b/i;

@@ -1,33 +1,15 @@
 import { pino, type Logger } from 'pino';
+import { SENSITIVE_HEADERS } from './config/secret.js';
 
 export type { Logger };
 
-/** Header names whose values are secrets or signatures (lower-cased, as Node gives them). */
-const SECRET_HEADERS = [
-  'authorization',
-  'cookie',
-  'proxy-authorization',
-  'stripe-signature',
-  'x-hub-signature',
-  'x-hub-signature-256',
-  'webhook-signature',
-  'svix-signature',
-  'x-gitlab-token',
-  'asaas-access-token',
-  'x-shopify-hmac-sha256',
-  'x-slack-signature',
-  'paddle-signature',
-  'x-signature',
-  'x-twilio-signature',
-  'x-mailwebhook-signature',
-];
 
 /**
  * Paths pino censors, a second line of defence: our log lines carry ids, outcomes and
  * durations, never headers or bodies, and Secret values print as "[secret]" anyway.
  */
 export const REDACT_PATHS = [
-  ...['headers', 'req.headers', 'request.headers', '*.headers'].flatMap((base) => SECRET_HEADERS.map((h) => `${base}["${h}"]`)),
+  ...['headers', 'req.headers', 'request.headers', '*.headers'].flatMap((base) => SENSITIVE_HEADERS.map((h) => `${base}["${h}"]`)),
   'secret',
   'secrets',
   'token',

@@ -65,3 +65,23 @@ export function resolveSecret(ref: string, field: string, env: NodeJS.ProcessEnv
   if (ref === '') throw configError(`${field}: secret is empty`, 'set a literal secret, env:NAME or file:PATH');
   return new Secret(ref);
 }
+
+/** Headers that carry a secret or a signature (lower-cased): never stored, logged or shown. */
+export const SENSITIVE_HEADERS: readonly string[] = [
+  'authorization',
+  'cookie',
+  'proxy-authorization',
+  'x-gitlab-token',
+  'asaas-access-token',
+  'stripe-signature',
+  'x-hub-signature',
+  'x-hub-signature-256',
+  'webhook-signature',
+  'svix-signature',
+  'x-shopify-hmac-sha256',
+  'x-slack-signature',
+  'paddle-signature',
+  'x-signature',
+  'x-twilio-signature',
+  'x-mailwebhook-signature',
+];

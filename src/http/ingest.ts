@@ -4,31 +4,15 @@ import type { Delivery, ResolvedSource } from '../providers/types.js';
 import { sha256Hex } from '../providers/util.js';
 import type { IngestResult, IngestStore } from '../store/types.js';
 import { readRawRequest } from './body.js';
+import { SENSITIVE_HEADERS } from '../config/secret.js';
 
-/** Headers that carry a secret or a signature: never stored, logged or shown. */
-const SENSITIVE_HEADERS = new Set([
-  'authorization',
-  'cookie',
-  'proxy-authorization',
-  'x-gitlab-token',
-  'asaas-access-token',
-  'stripe-signature',
-  'x-hub-signature',
-  'x-hub-signature-256',
-  'webhook-signature',
-  'svix-signature',
-  'x-shopify-hmac-sha256',
-  'x-slack-signature',
-  'paddle-signature',
-  'x-signature',
-  'x-twilio-signature',
-  'x-mailwebhook-signature',
-]);
+
+const SENSITIVE_HEADER_SET = new Set(SENSITIVE_HEADERS);
 
 export function redactHeaders(headers: Record<string, string>, source: ResolvedSource): Record<string, string> {
   const extra = source.options.header?.toLowerCase();
   const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(headers)) out[k] = SENSITIVE_HEADERS.has(k) || k === extra ? '[redacted]' : v;
+  for (const [k, v] of Object.entries(headers)) out[k] = SENSITIVE_HEADER_SET.has(k) || k === extra ? '[redacted]' : v;
   return out;
 }
 

@@ -3,7 +3,6 @@ import { SENSITIVE_HEADERS } from './config/secret.js';
 
 export type { Logger };
 
-
 /**
  * Paths pino censors, a second line of defence: our log lines carry ids, outcomes and
  * durations, never headers or bodies, and Secret values print as "[secret]" anyway.

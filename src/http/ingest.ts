@@ -52,16 +52,24 @@ const OUTCOME_BY_KIND: Partial<Record<ReceiverError['kind'], DeliveryOutcome['ou
  * the exact raw bytes, delivery id, durable insert, answer. The answer is sent only
  * after the store has committed the row.
  */
+function claimedDeliveryId(delivery: Delivery, source: ResolvedSource): string | undefined {
+  try {
+    return source.provider.identify(delivery, source).deliveryId.slice(0, 200);
+  } catch {
+    return undefined;
+  }
+}
+
 export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, onOutcome, onAccepted }: IngestHandlerOptions) {
   return async function ingest(c: Context): Promise<Response> {
     const started = performance.now();
     const name = c.req.param('source') ?? '';
     const report = (o: Omit<DeliveryOutcome, 'durationMs' | 'source'>) =>
       onOutcome?.({ source: name, durationMs: performance.now() - started, ...o });
+    const source = sources.get(name);
     let delivery: Delivery | undefined;
     let deliveryId: string | undefined;
     try {
-      const source = sources.get(name);
       if (source === undefined) throw new ReceiverError('not_found', `no source named "${name}"`);
       const request = await readRawRequest(c, maxBodyBytes);
       delivery = { raw: request.raw, headers: request.headers, url: request.url, now: now() };
@@ -90,6 +98,9 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
       return c.body(result.body, result.status as 202, { 'content-type': 'application/json' });
     } catch (e) {
       const kind = e instanceof ReceiverError ? e.kind : 'runtime';
+      // For the log only: the claimed id of a refused delivery, to match it to the sender's
+      // dashboard. It is never stored and decides nothing.
+      if (kind === 'verification' && delivery !== undefined && source !== undefined) deliveryId = claimedDeliveryId(delivery, source);
       const status = e instanceof ReceiverError ? e.httpStatus : 500;
       report({ outcome: OUTCOME_BY_KIND[kind] ?? 'error', status, error: (e as Error).message, ...(deliveryId === undefined ? {} : { deliveryId }) });
       throw e;

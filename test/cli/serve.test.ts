@@ -215,7 +215,8 @@ describe('receiver serve (child process)', () => {
     expect(typeof first?.deliveryId).toBe('string');
     expect(typeof first?.durationMs).toBe('number');
     expect(typeof first?.time).toBe('string');
-    expect(second).toMatchObject({ level: 'warn', source: 'gh', outcome: 'unauthorized', status: 401, error: 'signature does not match' });
+    // The refused delivery's claimed id is logged, to match it to the sender's dashboard.
+    expect(second).toMatchObject({ level: 'warn', source: 'gh', outcome: 'unauthorized', status: 401, error: 'signature does not match', deliveryId: 'd-bad' });
   });
 
   it('the log level comes from --log-level, then $RECEIVER_LOG_LEVEL, then log.level', async () => {

@@ -55,6 +55,8 @@ export interface CrashReport {
   /** Runs the receiver itself failed (timeout), each retried. */
   failedRuns: number;
   repeatedKeys: { key: string; runs: number; lines: number }[];
+  /** Business keys whose module effect (transactional) applied exactly once, in one run. */
+  moduleAppliedOnce: number;
   integrity: string;
   serveExitCode: number | null;
   /** When the last delivery was acknowledged, when the last event was done, and the total. */
@@ -67,14 +69,24 @@ export interface CrashReport {
 // Appends first, then takes ~20 ms: a kill during the sleep is a run that happened and is
 // repeated; a kill between the ledger's "running" and the printf is a run that never wrote.
 const EFFECT = `printf '%s %s %s\\n' "$RECEIVER_KEY" "$RECEIVER_EVENT_ID" "$RECEIVER_ATTEMPT" >> "$1"; sleep 0.02`;
+// A module effect writes in the transaction that marks it done: a kill rolls both back,
+// so it applies exactly once per business key, with no repeat at all.
+const MODULE = `export default async function (event, ctx) {
+  await ctx.db.run('INSERT INTO applied (business_key, n) VALUES (?, 1) ON CONFLICT (business_key) DO UPDATE SET n = n + 1', [ctx.key]);
+}
+`;
 
 export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
   const started = Date.now();
   const runsFile = join(o.dir, 'effect-runs.txt');
   writeFileSync(runsFile, '');
+  writeFileSync(join(o.dir, 'record.mjs'), MODULE);
   const configFile = writeConfig(o.dir, {
     sources: { shop: shopSource },
-    routes: [{ name: 'fulfil', source: 'shop', events: ['order.*'], key: '{body.order}', effect: { exec: ['/bin/sh', '-c', EFFECT, 'effect', runsFile], timeoutSeconds: 1 } }],
+    routes: [
+      { name: 'fulfil', source: 'shop', events: ['order.*'], key: '{body.order}', effect: { exec: ['/bin/sh', '-c', EFFECT, 'effect', runsFile], timeoutSeconds: 1 } },
+      { name: 'record', source: 'shop', events: ['order.*'], key: '{body.order}', effect: { module: './record.mjs', timeoutSeconds: 1 } },
+    ],
     // A short lease and effect timeout: a killed process's claim is taken back within seconds.
     drain: { leaseSeconds: 2, pollMs: 100 },
     retry: { maxAttempts: 1000, baseSeconds: 0.2, maxSeconds: 1 },
@@ -103,11 +115,12 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
   const serve = new RestartableServe(configFile, SECRET_ENV);
   await serve.start();
   const db = inspect(dbPath);
+  db.exec('CREATE TABLE applied (business_key TEXT PRIMARY KEY, n INTEGER NOT NULL)');
   const tally: SendTally = newTally();
   const violations: string[] = [];
   let ackedSends = 0;
   const countDone = db.prepare(`SELECT count(*) AS n FROM events WHERE status = 'done'`);
-  const runningEffects = db.prepare(`SELECT effect_key AS key, runs FROM effects WHERE status = 'running'`);
+  const runningEffects = db.prepare(`SELECT effect_key AS key, runs FROM effects WHERE status = 'running' AND route = 'fulfil'`);
 
   // Kills at random points of the whole job: sending plus draining, measured as
   // acknowledged sends + done events (so some land while ingest is busy, most mid-drain).
@@ -163,10 +176,12 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
   const done = byStatus.done ?? 0;
   if (done !== stored.size) violations.push(`${stored.size - done} events are not done: ${JSON.stringify(byStatus)}`);
 
-  const ledger = db.prepare(`SELECT effect_key AS effectKey, business_key AS key, status, runs FROM effects`).all() as { effectKey: string; key: string; status: string; runs: number }[];
+  const ledger = db.prepare(`SELECT effect_key AS effectKey, business_key AS key, status, runs FROM effects WHERE route = 'fulfil'`).all() as { effectKey: string; key: string; status: string; runs: number }[];
   const runAttempts = db
-    .prepare(`SELECT a.event_id AS eventId, a.attempt, e.business_key AS key, a.outcome FROM attempts a JOIN effects e ON e.effect_key = a.effect_key WHERE a.outcome IN ('ok', 'failed', 'running')`)
+    .prepare(`SELECT a.event_id AS eventId, a.attempt, e.business_key AS key, a.outcome FROM attempts a JOIN effects e ON e.effect_key = a.effect_key WHERE e.route = 'fulfil' AND a.outcome IN ('ok', 'failed', 'running')`)
     .all() as { eventId: number; attempt: number; key: string; outcome: 'ok' | 'failed' | 'running' }[];
+  const moduleLedger = db.prepare(`SELECT f.business_key AS key, f.status, f.runs, a.n FROM effects f LEFT JOIN applied a ON a.business_key = f.business_key WHERE f.route = 'record'`).all() as { key: string; status: string; runs: number; n: number | null }[];
+  const appliedRows = (db.prepare(`SELECT count(*) AS c FROM applied`).get() as { c: number }).c;
   const integrity = integrityCheck(db);
   db.close();
   if (integrity !== 'ok') violations.push(`integrity_check: ${integrity}`);
@@ -221,6 +236,14 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
     if (!expectedKeys.delete(row.key)) violations.push(`unexpected business key ${row.key} in the ledger`);
   }
   for (const key of expectedKeys) violations.push(`business key ${key} has no effect in the ledger`);
+  let moduleApplied = 0;
+  for (const m of moduleLedger) {
+    if (m.status !== 'done' || m.runs !== 1 || m.n !== 1) violations.push(`module effect record:${m.key} is ${m.status} after ${m.runs} runs, applied ${m.n ?? 0} times`);
+    else moduleApplied += 1;
+  }
+  if (moduleLedger.length !== ledger.length || appliedRows !== moduleLedger.length) {
+    violations.push(`${moduleLedger.length} module effects and ${appliedRows} applied rows for ${ledger.length} business keys`);
+  }
   if (ledgerRepeats !== interrupted.size + failedRuns) {
     violations.push(`the ledger shows ${ledgerRepeats} repeats; kills interrupted ${interrupted.size} runs and ${failedRuns} runs failed`);
   }
@@ -257,6 +280,7 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
     runsCutBeforeWrite,
     failedRuns,
     repeatedKeys,
+    moduleAppliedOnce: moduleApplied,
     integrity,
     serveExitCode,
     sentMs,

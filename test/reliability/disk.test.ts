@@ -70,7 +70,7 @@ describe('reliability: a full disk', () => {
         const dbPath = join(mnt, 'receiver.db');
         const file = writeConfig(tmp.dir, { database: dbPath, sources: { shop: shopSource }, drain: { leaseSeconds: 2, pollMs: 100 }, shutdownGraceSeconds: 5 });
         serve = await startServe(file, { env: SECRET_ENV });
-        const url = `${serve.url}/webhooks/shop`;
+        let url = `${serve.url}/webhooks/shop`;
         let n = 0;
         const delivery = (size = 0) => {
           const id = `disk-${n++}`;
@@ -126,7 +126,20 @@ describe('reliability: a full disk', () => {
         for (const d of unavailable) expect(rows.has(d.id)).toBe(false);
         expect(rows.size).toBe(acked.size);
 
-        // 3. Space freed: the refused deliveries, retried by their senders, and new ones are accepted.
+        // 3. kill -9 while the disk is full, and a restart (as systemd would) while it still is:
+        //    the new process opens the file, recovers its WAL and answers 503, not a crash loop.
+        await serve.stop('SIGKILL');
+        serve = await startServe(file, { env: SECRET_ENV });
+        const restartedWhileFull: Record<string, number> = {};
+        for (const d of unavailable.slice(0, 5)) {
+          const a = await postOnce(`${serve.url}/webhooks/shop`, d.body, signShop(d.body));
+          restartedWhileFull[a.status] = (restartedWhileFull[a.status] ?? 0) + 1;
+          expect(a.status).toBe(503);
+          expect(a.retryAfter).not.toBeNull();
+        }
+        url = `${serve.url}/webhooks/shop`;
+
+        // 4. Space freed: the refused deliveries, retried by their senders, and new ones are accepted.
         rmSync(filler);
         const after: Record<string, number> = {};
         for (const d of [...unavailable, delivery(16 * 1024), delivery(100)]) {
@@ -148,6 +161,7 @@ describe('reliability: a full disk', () => {
           fillerBytes: filled,
           answersWhileFull: answers,
           healthzWhileFull: health.status,
+          restartedWhileFull,
           answersAfterFreeing: after,
           acknowledged: acked.size,
           stored,

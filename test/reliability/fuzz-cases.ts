@@ -19,13 +19,15 @@ export type FuzzSourceName = keyof typeof fuzzSources;
 const SOURCE_NAMES = Object.keys(fuzzSources) as FuzzSourceName[];
 
 /** How the body is framed on the wire. */
-export type Framing = 'length' | 'none' | 'chunked' | 'short-length' | 'truncated';
+export type Framing = 'length' | 'none' | 'chunked' | 'short-length' | 'truncated' | 'reset';
 
 export interface FuzzCase {
   name: string;
   bytes: Buffer;
   /** Half-close after writing (the truncated cases: the server must not wait for more). */
   endAfterWrite: boolean;
+  /** Reset the connection after writing (a sender gone mid-body). */
+  resetAfterWrite?: boolean;
   method: string;
   /** Set when the body carries a valid signature for this source: a row may be stored. */
   signedFor?: { source: FuzzSourceName; bodySha256: string };
@@ -74,7 +76,8 @@ export function encode(spec: RequestSpec, sign: Signer): FuzzCase {
   let signedFor: FuzzCase['signedFor'];
   if (spec.signedFor !== undefined) {
     for (const [k, v] of Object.entries(sign(spec.signedFor, body))) headers.push([k, v]);
-    signedFor = { source: spec.signedFor, bodySha256: sha256(body) };
+    // A request cut short never delivers what the Content-Length promised: it must not be stored.
+    if (spec.framing !== 'truncated' && spec.framing !== 'reset') signedFor = { source: spec.signedFor, bodySha256: sha256(body) };
   }
   if (!has('host')) headers.unshift(['Host', '127.0.0.1']);
   // Connection: close lets the client see the end of the answer without parsing it.
@@ -83,7 +86,7 @@ export function encode(spec: RequestSpec, sign: Signer): FuzzCase {
   let payload = body;
   if (framing === 'length') headers.push(['Content-Length', String(body.length)]);
   else if (framing === 'short-length') headers.push(['Content-Length', String(Math.max(0, body.length - 3))]);
-  else if (framing === 'truncated') {
+  else if (framing === 'truncated' || framing === 'reset') {
     headers.push(['Content-Length', String(body.length + 100)]);
   } else if (framing === 'chunked') {
     headers.push(['Transfer-Encoding', 'chunked']);
@@ -100,6 +103,7 @@ export function encode(spec: RequestSpec, sign: Signer): FuzzCase {
     name: spec.name,
     bytes: Buffer.concat([Buffer.from(head, 'latin1'), payload]),
     endAfterWrite: framing === 'truncated',
+    ...(framing === 'reset' ? { resetAfterWrite: true } : {}),
     method,
     ...(signedFor === undefined ? {} : { signedFor }),
     ...(spec.allowed === undefined ? {} : { allowed: spec.allowed }),
@@ -199,7 +203,7 @@ export function corpus(sign: Signer, maxBodyBytes: number): FuzzCase[] {
     ...INVALID_UTF8.map((b, i) => [`invalid utf-8 #${i}`, b] as [string, Buffer]),
   ];
   for (const [name, body] of bodies) {
-    for (const framing of ['length', 'chunked', 'truncated', 'short-length'] as Framing[]) {
+    for (const framing of ['length', 'chunked', 'truncated', 'short-length', 'reset'] as Framing[]) {
       specs.push({ name: `body ${name} (${framing})`, body, framing, headers: [['X-Signature', '00']] });
     }
   }
@@ -216,6 +220,9 @@ export function corpus(sign: Signer, maxBodyBytes: number): FuzzCase[] {
   specs.push({ name: 'signed shop id with nul', body: '{"id":"a\\u0000b","type":"x\\u0000"}', signedFor: 'shop', allowed: [202] });
   specs.push({ name: 'signed stripe array body', target: '/webhooks/stripe', body: '[]', signedFor: 'stripe', allowed: [400] });
   specs.push({ name: 'signed, then chunked', body: '{"id":"chunked-signed","type":"x"}', framing: 'chunked', signedFor: 'shop', allowed: [202] });
+  // Validly signed, then the sender vanishes mid-body: nothing may be stored (the id never arrived whole).
+  specs.push({ name: 'signed, reset mid-body', body: '{"id":"reset-signed","type":"x"}', framing: 'reset', signedFor: 'shop' });
+  specs.push({ name: 'signed, truncated', body: '{"id":"truncated-signed","type":"x"}', framing: 'truncated', signedFor: 'shop' });
 
   // Framing and request-line oddities.
   const raw = (name: string, text: string | Buffer) => specs.push({ name, raw: typeof text === 'string' ? Buffer.from(text, 'latin1') : text });
@@ -292,7 +299,7 @@ export function caseArbitrary(sign: Signer, maxBodyBytes: number): fc.Arbitrary<
       target: targetArb,
       headers: fc.array(fc.tuple(headerName, headerValue), { maxLength: 8 }),
       body: fc.oneof({ weight: 9, arbitrary: bodyArb }, { weight: 1, arbitrary: fc.integer({ min: maxBodyBytes - 10, max: maxBodyBytes * 2 }).map((n) => Buffer.alloc(n, 0x7b)) }),
-      framing: fc.constantFrom<Framing>('length', 'length', 'length', 'none', 'chunked', 'short-length', 'truncated'),
+      framing: fc.constantFrom<Framing>('length', 'length', 'length', 'none', 'chunked', 'short-length', 'truncated', 'reset'),
       // Now and then a valid signature over the random body: it may be stored, and must not 5xx.
       signedFor: fc.option(fc.constantFrom(...SOURCE_NAMES), { freq: 5 }),
     })

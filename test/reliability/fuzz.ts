@@ -83,7 +83,7 @@ export async function runFuzz(target: FuzzTarget, o: FuzzOptions): Promise<FuzzR
       signedCases += 1;
       signed.add(`${c.signedFor.source}|sha:${c.signedFor.bodySha256}`);
     }
-    const a = await rawRequest(target.port, c.bytes, { endAfterWrite: c.endAfterWrite, timeoutMs: 10_000, headOnly: c.method === 'HEAD' });
+    const a = await rawRequest(target.port, c.bytes, { endAfterWrite: c.endAfterWrite, resetAfterWrite: c.resetAfterWrite === true, timeoutMs: 10_000, headOnly: c.method === 'HEAD' });
     cases += 1;
     const key = a.status === undefined ? (a.timedOut ? 'hang' : 'closed') : String(a.status);
     statuses.set(key, (statuses.get(key) ?? 0) + 1);

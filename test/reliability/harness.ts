@@ -232,9 +232,10 @@ export interface RawAnswer {
 /**
  * Writes raw bytes on a fresh TCP connection to 127.0.0.1 and reads the first response
  * (by Content-Length or chunked end), or until the server closes, or `timeoutMs`.
- * `endAfterWrite` half-closes the connection: a body shorter than its Content-Length is then truncated.
+ * `endAfterWrite` half-closes the connection: a body shorter than its Content-Length is then truncated;
+ * `resetAfterWrite` resets it instead.
  */
-export function rawRequest(port: number, bytes: Buffer, options: { endAfterWrite?: boolean; timeoutMs?: number; headOnly?: boolean } = {}): Promise<RawAnswer> {
+export function rawRequest(port: number, bytes: Buffer, options: { endAfterWrite?: boolean; resetAfterWrite?: boolean; timeoutMs?: number; headOnly?: boolean } = {}): Promise<RawAnswer> {
   return new Promise((resolve) => {
     const started = performance.now();
     const socket = connect(port, '127.0.0.1');
@@ -260,6 +261,8 @@ export function rawRequest(port: number, bytes: Buffer, options: { endAfterWrite
     socket.on('connect', () => {
       socket.write(bytes, () => {
         if (options.endAfterWrite === true) socket.end();
+        // A sender that vanishes mid-body: TCP RST, no answer possible.
+        if (options.resetAfterWrite === true) setTimeout(() => socket.resetAndDestroy(), 5);
       });
     });
   });

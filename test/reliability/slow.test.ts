@@ -64,8 +64,8 @@ describe('reliability: slow clients', () => {
         const baseline = newTally();
         await pool(Array.from({ length: 200 }, next), 8, deadline, async (d) => void (await deliverUntilAcked(target, '/webhooks/shop', d, baseline, deadline)));
 
-        // 20 tricklers (10 on headers, 10 on the body) while 8 senders keep delivering until every trickler is gone.
-        const tricklers = Array.from({ length: 20 }, (_, i) => trickle(serve.port, i % 2 === 0 ? 'headers' : 'body', 30_000));
+        // 100 tricklers (50 on headers, 50 on the body) while 8 senders keep delivering until every trickler is gone.
+        const tricklers = Array.from({ length: 100 }, (_, i) => trickle(serve.port, i % 2 === 0 ? 'headers' : 'body', 30_000));
         let open = tricklers.length;
         for (const t of tricklers) void t.then(() => (open -= 1));
         const during = newTally();

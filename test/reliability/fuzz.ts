@@ -90,7 +90,8 @@ export async function runFuzz(target: FuzzTarget, o: FuzzOptions): Promise<FuzzR
     if (a.status === undefined) noAnswer += 1;
     if (a.timedOut) violation(`${c.name}: no answer and no close within 10 s`);
     if (a.status !== undefined && a.status >= 500) violation(`${c.name}: ${a.status} ${a.head.slice(0, 200)}`);
-    if (a.status !== undefined && a.status < 300 && c.signedFor === undefined && a.head.includes('"accepted"')) violation(`${c.name}: accepted without a valid signature`);
+    // The ingest answer, not just the word (GET /metrics has outcome="accepted" labels).
+    if (a.status !== undefined && a.status < 300 && c.signedFor === undefined && a.head.includes('{"status":"accepted"')) violation(`${c.name}: accepted without a valid signature`);
     if (c.allowed !== undefined && a.status !== undefined && !c.allowed.includes(a.status)) violation(`${c.name}: ${a.status}, expected one of ${c.allowed.join(', ')}: ${a.head.slice(0, 200)}`);
   };
 

@@ -14,7 +14,9 @@ import { deliverUntilAcked, inspect, integrityCheck, LONG, newTally, percentile,
 
 const DAY_MS = 86_400_000;
 // Writes in the drain's transaction: the row and the ledger commit together, so `n` counts applications.
+// "dead-" deliveries always fail: they go dead after two attempts, for `replay --dead` to bring back.
 const HANDLER = `export default async function (event, ctx) {
+  if (event.deliveryId.startsWith('dead-')) throw new Error('refused by the shop');
   await ctx.db.run('INSERT INTO shipped (delivery_id) VALUES (?) ON CONFLICT (delivery_id) DO UPDATE SET n = n + 1', [event.deliveryId]);
 }
 `;
@@ -32,6 +34,7 @@ describe('reliability: purge and replay while serve takes load', () => {
         sources: { shop: shopSource },
         routes: [{ name: 'ship', source: 'shop', events: ['*'], key: '{body.id}', effect: { module: './ship.mjs', timeoutSeconds: 5 } }],
         drain: { leaseSeconds: 30, pollMs: 100 },
+        retry: { maxAttempts: 2, baseSeconds: 0.1, maxSeconds: 0.2 },
       });
       const dbPath = join(tmp.dir, 'receiver.db');
       const serve = await startServe(file, { env: SECRET_ENV });
@@ -39,7 +42,8 @@ describe('reliability: purge and replay while serve takes load', () => {
       db.exec('CREATE TABLE shipped (delivery_id TEXT PRIMARY KEY, n INTEGER NOT NULL DEFAULT 1)');
       const deadline = Date.now() + TEST_TIMEOUT_MS - 20_000;
 
-      // Load: 8 senders, until the hammering is over (bounded). Even deliveries are aged and purged.
+      // Load: 8 senders, until the hammering is over (bounded). Even deliveries are aged and
+      // purged, one in ten of the others fails until it is dead.
       let hammering = true;
       let n = 0;
       const tally = newTally();
@@ -47,7 +51,7 @@ describe('reliability: purge and replay while serve takes load', () => {
         Array.from({ length: 8 }, async () => {
           while (hammering && n < SIZES.load * 20 && Date.now() < deadline) {
             const i = n++;
-            const id = i % 2 === 0 ? `age-${i}` : `keep-${i}`;
+            const id = i % 2 === 0 ? `age-${i}` : i % 10 === 1 ? `dead-${i}` : `keep-${i}`;
             await deliverUntilAcked(() => Promise.resolve(serve), '/webhooks/shop', { deliveryId: id, body: JSON.stringify({ id, type: 'order.paid' }) }, tally, deadline);
             // ~10 deliveries a second per sender: a steady load the drain can keep up with.
             await sleep(100);
@@ -66,6 +70,7 @@ describe('reliability: purge and replay while serve takes load', () => {
         return r;
       };
       let purged = 0;
+      let revived = 0;
       const replayed = new Set<string>();
       const forced = new Map<string, number>();
       const rounds = LONG ? 60 : 6;
@@ -79,7 +84,7 @@ describe('reliability: purge and replay while serve takes load', () => {
         for (const p of picks) replayed.add(p.d);
         const force = round % 3 === 2;
         if (force) for (const p of picks) forced.set(p.d, (forced.get(p.d) ?? 0) + 1);
-        const [purge] = await Promise.all([
+        const [purge, , dead] = await Promise.all([
           run(['purge', '--days', '30', '--batch-size', '20', '--json']),
           picks.length > 0 ? run(['replay', ...picks.map((p) => String(p.id)), ...(force ? ['--force'] : []), '--json']) : Promise.resolve(undefined),
           run(['replay', '--dead', '--json']),
@@ -87,13 +92,14 @@ describe('reliability: purge and replay while serve takes load', () => {
           run(['events', 'list', '--limit', '5', '--json']),
         ]);
         if (purge.code === 0) purged += (JSON.parse(purge.stdout) as { purged: number }).purged;
+        if (dead.code === 0) revived += (JSON.parse(dead.stdout) as { replayed: unknown[] }).replayed.length;
         await sleep(random() * 200);
       }
       hammering = false;
       await senders;
 
-      // The drain finishes everything, replays included (bounded wait).
-      const notDone = db.prepare(`SELECT count(*) AS c FROM events WHERE status <> 'done'`);
+      // The drain finishes everything, replays included (bounded wait); "dead-" events end dead again.
+      const notDone = db.prepare(`SELECT count(*) AS c FROM events WHERE status <> CASE WHEN delivery_id LIKE 'dead-%' THEN 'dead' ELSE 'done' END`);
       for (const t = Date.now(); (notDone.get() as { c: number }).c > 0 && Date.now() - t < 30_000; ) await sleep(100);
       const left = (notDone.get() as { c: number }).c;
       const exit = await serve.stop();
@@ -106,7 +112,7 @@ describe('reliability: purge and replay while serve takes load', () => {
       const lostKeep = acked.filter((d) => d.startsWith('keep-') && !stored.has(d));
       const ackedAge = acked.filter((d) => d.startsWith('age-'));
       const storedAge = ackedAge.filter((d) => stored.has(d)).length;
-      const wrongCounts = acked.filter((d) => shipped.get(d) !== 1 + (forced.get(d) ?? 0));
+      const wrongCounts = acked.filter((d) => shipped.get(d) !== (d.startsWith('dead-') ? undefined : 1 + (forced.get(d) ?? 0)));
       printReport(`purge and replay under load${LONG ? ' (long)' : ''}`, {
         deliveries: tally.requests,
         answers: Object.fromEntries(tally.byStatus),
@@ -116,6 +122,7 @@ describe('reliability: purge and replay while serve takes load', () => {
         purged,
         replayed: replayed.size,
         forcedReplays: [...forced.values()].reduce((a, b) => a + b, 0),
+        deadReplayed: revived,
         ackedAged: ackedAge.length,
         storedAged: storedAge,
         lostKept: lostKeep.length,
@@ -132,6 +139,7 @@ describe('reliability: purge and replay while serve takes load', () => {
       expect(storedAge + purged).toBe(ackedAge.length);
       expect(purged).toBeGreaterThan(0);
       expect(replayed.size).toBeGreaterThan(0);
+      expect(revived).toBeGreaterThan(0);
       expect(wrongCounts.slice(0, 10).map((d) => ({ d, n: shipped.get(d), forced: forced.get(d) ?? 0 }))).toEqual([]);
       expect(left).toBe(0);
       expect(integrity).toBe('ok');

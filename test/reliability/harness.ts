@@ -178,6 +178,7 @@ export async function deliverUntilAcked(
   d: { deliveryId: string; body: string },
   tally: SendTally,
   deadline: number,
+  onAnswer?: (a: Answer) => void,
 ): Promise<boolean> {
   const headers = signShop(d.body);
   while (Date.now() < deadline) {
@@ -193,6 +194,7 @@ export async function deliverUntilAcked(
     }
     tally.byStatus.set(a.status, (tally.byStatus.get(a.status) ?? 0) + 1);
     tally.latenciesMs.push(a.ms);
+    onAnswer?.(a);
     if (a.status >= 200 && a.status < 300) {
       tally.acked.set(d.deliveryId, (JSON.parse(a.text) as { id: number }).id);
       return true;

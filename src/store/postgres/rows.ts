@@ -1,5 +1,8 @@
 import type { ClaimedEvent, LedgerRow } from '../drain-types.js';
-import type { AttemptRow, ConflictRow, EffectRow, EventStatus, EventSummary } from '../ops-types.js';
+import { SUMMARY_COLUMNS, toSummary, type EventSummaryRow } from '../rows.js';
+
+export { SUMMARY_COLUMNS, toSummary };
+import type { AttemptRow, ConflictRow, EffectRow } from '../ops-types.js';
 
 /**
  * snake_case rows as PostgreSQL returns them, and their camelCase shapes: converted here
@@ -7,20 +10,7 @@ import type { AttemptRow, ConflictRow, EffectRow, EventStatus, EventSummary } fr
  * open.ts); jsonb arrives parsed; bytea arrives as a Buffer.
  */
 
-export interface EventDbRow {
-  id: number;
-  source: string;
-  delivery_id: string;
-  event_type: string;
-  status: EventStatus;
-  attempts: number;
-  received_at: number;
-  next_attempt_at: number;
-  finished_at: number | null;
-  last_error: string | null;
-  duplicates: number;
-  force_effects: number;
-}
+export type EventDbRow = EventSummaryRow;
 
 export interface EventDetailDbRow extends EventDbRow {
   headers: Record<string, string> | null;
@@ -32,25 +22,8 @@ export interface EventDetailDbRow extends EventDbRow {
   lease_expires_at: number | null;
 }
 
-export const SUMMARY_COLUMNS = `id, source, delivery_id, event_type, status, attempts, received_at, next_attempt_at, finished_at, last_error, duplicates, force_effects`;
 export const DETAIL_COLUMNS = `${SUMMARY_COLUMNS}, headers, body, body_sha256, extra_ids, response_status, lease_owner, lease_expires_at`;
 
-export function toSummary(r: EventDbRow): EventSummary {
-  return {
-    id: r.id,
-    source: r.source,
-    deliveryId: r.delivery_id,
-    eventType: r.event_type,
-    status: r.status,
-    attempts: r.attempts,
-    receivedAt: r.received_at,
-    nextAttemptAt: r.next_attempt_at,
-    finishedAt: r.finished_at,
-    lastError: r.last_error,
-    duplicates: r.duplicates,
-    forceEffects: r.force_effects !== 0,
-  };
-}
 
 export interface ClaimDbRow {
   id: number;

@@ -15,6 +15,7 @@ import type {
   StoreStats,
 } from '../ops-types.js';
 import { EVENT_STATUSES } from '../ops-types.js';
+import { SUMMARY_COLUMNS, toSummary, type EventSummaryRow } from '../rows.js';
 import { sqliteError } from './errors.js';
 import type { Db } from './open.js';
 
@@ -25,20 +26,7 @@ import type { Db } from './open.js';
  * Rows are converted from snake_case here and nowhere else.
  */
 
-interface EventRow {
-  id: number;
-  source: string;
-  delivery_id: string;
-  event_type: string;
-  status: EventStatus;
-  attempts: number;
-  received_at: number;
-  next_attempt_at: number;
-  finished_at: number | null;
-  last_error: string | null;
-  duplicates: number;
-  force_effects: number;
-}
+type EventRow = EventSummaryRow;
 
 interface EventDetailRow extends EventRow {
   headers: string | null;
@@ -50,24 +38,7 @@ interface EventDetailRow extends EventRow {
   lease_expires_at: number | null;
 }
 
-const SUMMARY_COLUMNS = `id, source, delivery_id, event_type, status, attempts, received_at, next_attempt_at, finished_at, last_error, duplicates, force_effects`;
 
-function toSummary(r: EventRow): EventSummary {
-  return {
-    id: r.id,
-    source: r.source,
-    deliveryId: r.delivery_id,
-    eventType: r.event_type,
-    status: r.status,
-    attempts: r.attempts,
-    receivedAt: r.received_at,
-    nextAttemptAt: r.next_attempt_at,
-    finishedAt: r.finished_at,
-    lastError: r.last_error,
-    duplicates: r.duplicates,
-    forceEffects: r.force_effects !== 0,
-  };
-}
 
 /** Runs `fn`, mapping SQLite errors (busy past the timeout -> unavailable) to ReceiverErrors. */
 function guarded<T>(what: string, fn: () => T): Promise<T> {

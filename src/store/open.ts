@@ -17,12 +17,5 @@ export async function openStore(database: string, options: OpenStoreOptions): Pr
     const { PostgresStore } = await import('./postgres/index.js');
     return PostgresStore.open(database, options);
   }
-  const store = new SqliteStore(database, { busyTimeoutMs: options.busyTimeoutMs, ...(options.server === true ? { blockingBusyMs: 5, ingestThread: true } : {}) });
-  try {
-    await store.ready();
-  } catch (e) {
-    await store.close().catch(() => undefined);
-    throw e;
-  }
-  return store;
+  return new SqliteStore(database, { busyTimeoutMs: options.busyTimeoutMs, ...(options.server === true ? { blockingBusyMs: 5 } : {}) });
 }

@@ -5,7 +5,7 @@
  * to a file, so the file is an independent record of every run that actually happened,
  * to be compared with the effect ledger.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { appendFileSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { writeConfig } from '../helpers.js';
@@ -129,16 +129,22 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
   const kills: Kill[] = [];
   const progress = () => ackedSends + (countDone.get() as { n: number }).n;
 
+  // A trail in the run's directory: what happened last, even if this process dies.
+  const trace = (line: string) => appendFileSync(join(o.dir, 'trace.log'), `${new Date().toISOString()} ${line}\n`);
+  trace(`start: ${o.kills} kills over ${o.deliveries} deliveries`);
   const killer = (async () => {
     for (const threshold of thresholds) {
       while (progress() < threshold && Date.now() < o.deadline) await sleep(10);
       if (Date.now() >= o.deadline) break;
       await sleep(o.random() * 40);
+      trace(`kill ${kills.length + 1} at progress ${progress()}`);
       await serve.kill();
       // The drain is serial: at most one effect can have been running at the kill.
       const running = runningEffects.all() as { key: string; runs: number }[];
       kills.push({ atMs: Date.now() - started, progress: progress(), running });
-      await serve.start();
+      trace(`killed; running ${JSON.stringify(running)}; restarting`);
+      const s = await serve.start();
+      trace(`restarted as pid ${s.child.pid}`);
     }
   })();
 
@@ -149,14 +155,28 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
       if (await deliverUntilAcked(() => serve.current(), '/webhooks/shop', b, tally, o.deadline)) ackedSends += 1;
     }
   };
-  await Promise.all(Array.from({ length: o.senders }, sender));
-  const sentMs = Date.now() - started;
-  await killer;
+  // A restart that fails, or a serve that exits on its own, fails the run at once (the
+  // senders' wait for a server rejects too); so does a minute without progress.
+  let sentMs = 0;
+  const load = Promise.all([killer, Promise.all(Array.from({ length: o.senders }, sender)).then(() => (sentMs = Date.now() - started))]);
+  await watched(load, serve, progress, o.deadline, () => readFileSync(join(o.dir, 'trace.log'), 'utf8')).catch(async (e: unknown) => {
+    // No server left behind by a failed run.
+    await serve.kill();
+    db.close();
+    throw e;
+  });
   if (kills.length < o.kills) violations.push(`only ${kills.length} of ${o.kills} kills happened before the deadline`);
 
-  // Let the last server drain everything (bounded), then stop it cleanly.
+  // Let the last server drain everything (bounded, and watched), then stop it cleanly.
   const unfinished = db.prepare(`SELECT count(*) AS n FROM events WHERE status <> 'done'`);
-  while ((unfinished.get() as { n: number }).n > 0 && Date.now() < o.deadline) await sleep(50);
+  const drained = (async () => {
+    while ((unfinished.get() as { n: number }).n > 0 && Date.now() < o.deadline) await sleep(50);
+  })();
+  await watched(drained, serve, progress, o.deadline, () => readFileSync(join(o.dir, 'trace.log'), 'utf8')).catch(async (e: unknown) => {
+    await serve.kill();
+    db.close();
+    throw e;
+  });
   const drainedMs = Date.now() - started;
   const serveExitCode = await serve.stop();
 
@@ -288,4 +308,24 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
     tookMs: Date.now() - started,
     violations,
   };
+}
+
+/**
+ * Awaits `work`, failing at once if the server failed (a restart failed, or it exited on its
+ * own), or if `progress` stands still for a minute: a stuck run reports, it does not hang.
+ */
+async function watched(work: Promise<unknown>, serve: RestartableServe, progress: () => number, deadline: number, trail: () => string): Promise<void> {
+  let finished = false;
+  const watchdog = (async () => {
+    let last = -1;
+    let since = Date.now();
+    while (!finished && Date.now() < deadline) {
+      if (serve.failure !== undefined) throw serve.failure;
+      const now = progress();
+      if (now !== last) [last, since] = [now, Date.now()];
+      else if (Date.now() - since > 60_000) throw new Error(`no progress for 60 s (at ${now}); last lines of the trace:\n${trail().split('\n').slice(-10).join('\n')}`);
+      await sleep(250);
+    }
+  })();
+  await Promise.all([work.finally(() => (finished = true)), watchdog]);
 }

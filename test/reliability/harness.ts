@@ -86,10 +86,13 @@ export function percentile(values: readonly number[], p: number): number {
 
 export const round1 = (n: number) => Math.round(n * 10) / 10;
 
-/** A read-only look at the database while (or after) `serve` writes it. Never holds a transaction open. */
+/**
+ * The harness's own connection to the database file, beside `serve`: to look (never holding
+ * a read transaction open), and for the SQL a scenario runs on purpose (aging rows in time,
+ * holding the write lock, a table for a module effect).
+ */
 export function inspect(path: string): Database.Database {
-  const db = new Database(path, { fileMustExist: true, timeout: 5000 });
-  return db;
+  return new Database(path, { fileMustExist: true, timeout: 5000 });
 }
 
 export function integrityCheck(db: Database.Database): string {
@@ -102,7 +105,9 @@ export function integrityCheck(db: Database.Database): string {
  */
 export class RestartableServe {
   #serve: ServeProcess | undefined;
-  #waiters: ((s: ServeProcess) => void)[] = [];
+  #waiters: { resolve: (s: ServeProcess) => void; reject: (e: unknown) => void }[] = [];
+  /** A start that failed: every sender waiting for a server fails with it, at once. */
+  #failed: unknown;
   starts = 0;
   /** stderr of every process so far (the crash loop inspects it on failure). */
   readonly logs: string[] = [];
@@ -113,16 +118,38 @@ export class RestartableServe {
   ) {}
 
   async start(): Promise<ServeProcess> {
-    const s = await startServe(this.configFile, { env: this.env });
+    let s: ServeProcess;
+    try {
+      s = await startServe(this.configFile, { env: this.env });
+    } catch (e) {
+      this.#failed = e;
+      for (const w of this.#waiters.splice(0)) w.reject(e);
+      throw e;
+    }
     this.starts += 1;
     this.#serve = s;
-    for (const w of this.#waiters.splice(0)) w(s);
+    // An exit nobody asked for (a crash, or a signal from outside the harness) fails the run
+    // at once, with what the process said, instead of leaving senders retrying a dead port.
+    s.child.once('exit', (code, signal) => {
+      if (this.#serve !== s) return;
+      this.#serve = undefined;
+      const tail = s.output().stderr.split('\n').slice(-20).join('\n');
+      this.#failed = new Error(`receiver serve (pid ${s.child.pid}) exited unexpectedly: code ${code}, signal ${signal}\n${tail}`);
+      for (const w of this.#waiters.splice(0)) w.reject(this.#failed);
+    });
+    for (const w of this.#waiters.splice(0)) w.resolve(s);
     return s;
   }
 
+  /** Set when a start failed or the process exited on its own. */
+  get failure(): unknown {
+    return this.#failed;
+  }
+
   current(): Promise<ServeProcess> {
+    if (this.#failed !== undefined) return Promise.reject(this.#failed);
     if (this.#serve !== undefined) return Promise.resolve(this.#serve);
-    return new Promise((resolve) => this.#waiters.push(resolve));
+    return new Promise((resolve, reject) => this.#waiters.push({ resolve, reject }));
   }
 
   /** kill -9: no shutdown code runs; returns once the process is gone. */
@@ -148,6 +175,14 @@ export class RestartableServe {
     const c = this.#serve?.child;
     return c !== undefined && c.exitCode === null && c.signalCode === null;
   }
+}
+
+/** For a scenario with one `serve`: senders fail at once if it is gone, instead of retrying a dead port. */
+export function liveTarget(serve: ServeProcess): () => Promise<ServeProcess> {
+  return () =>
+    serve.child.exitCode === null && serve.child.signalCode === null
+      ? Promise.resolve(serve)
+      : Promise.reject(new Error(`receiver serve exited (code ${serve.child.exitCode}, signal ${serve.child.signalCode}):\n${serve.output().stderr.split('\n').slice(-20).join('\n')}`));
 }
 
 export interface SendTally {

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runCli, startServe, tempDir, writeConfig, type CliResult } from '../helpers.js';
-import { deliverUntilAcked, inspect, integrityCheck, LONG, newTally, percentile, printReport, round1, SECRET_ENV, seeded, shopSource, SIZES, TEST_TIMEOUT_MS } from './harness.js';
+import { deliverUntilAcked, liveTarget, inspect, integrityCheck, LONG, newTally, percentile, printReport, round1, SECRET_ENV, seeded, shopSource, SIZES, TEST_TIMEOUT_MS } from './harness.js';
 
 /**
  * `purge`, `replay`, `stats` and `events list` run again and again against the database
@@ -52,7 +52,7 @@ describe('reliability: purge and replay while serve takes load', () => {
           while (hammering && n < SIZES.load * 20 && Date.now() < deadline) {
             const i = n++;
             const id = i % 2 === 0 ? `age-${i}` : i % 10 === 1 ? `dead-${i}` : `keep-${i}`;
-            await deliverUntilAcked(() => Promise.resolve(serve), '/webhooks/shop', { deliveryId: id, body: JSON.stringify({ id, type: 'order.paid' }) }, tally, deadline);
+            await deliverUntilAcked(liveTarget(serve), '/webhooks/shop', { deliveryId: id, body: JSON.stringify({ id, type: 'order.paid' }) }, tally, deadline);
             // ~10 deliveries a second per sender: a steady load the drain can keep up with.
             await sleep(100);
           }

@@ -1,7 +1,7 @@
 import { connect } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startServe, tempDir, writeConfig } from '../helpers.js';
-import { deliverUntilAcked, newTally, percentile, pool, printReport, round1, SECRET_ENV, shopSource, SIZES, TEST_TIMEOUT_MS } from './harness.js';
+import { deliverUntilAcked, liveTarget, newTally, percentile, pool, printReport, round1, SECRET_ENV, shopSource, SIZES, TEST_TIMEOUT_MS } from './harness.js';
 
 /**
  * Slow clients: connections that trickle their headers or their body, a byte every 100 ms,
@@ -52,7 +52,7 @@ describe('reliability: slow clients', () => {
       const requestTimeoutSeconds = 2;
       const file = writeConfig(tmp.dir, { sources: { shop: shopSource }, requestTimeoutSeconds, drain: { enabled: false } });
       const serve = await startServe(file, { env: SECRET_ENV });
-      const target = () => Promise.resolve(serve);
+      const target = liveTarget(serve);
       const deadline = Date.now() + TEST_TIMEOUT_MS - 10_000;
       let n = 0;
       const next = () => {

@@ -37,8 +37,9 @@ export interface RunningApp {
 
 /** The real app on a real HTTP server on port 0, on a real SQLite file. */
 export async function startApp(config: Config, extra: Partial<AppOptions> = {}): Promise<RunningApp> {
-  // The same store as `serve`: SQLite's own busy wait capped, then retried without blocking.
-  const store = new SqliteStore(config.database, { busyTimeoutMs: config.busyTimeoutMs, blockingBusyMs: 5 });
+  // The same store as `serve`: ingest commits in its worker thread.
+  const store = new SqliteStore(config.database, { busyTimeoutMs: config.busyTimeoutMs, blockingBusyMs: 5, ingestThread: true });
+  await store.ready();
   const app = createApp({ sources: config.sources, store, maxBodyBytes: config.maxBodyBytes, ...extra });
   const server: ServerType = await new Promise((resolve) => {
     const s = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => resolve(s));

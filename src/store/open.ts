@@ -17,5 +17,12 @@ export async function openStore(database: string, options: OpenStoreOptions): Pr
     const { PostgresStore } = await import('./postgres/index.js');
     return PostgresStore.open(database, options);
   }
-  return new SqliteStore(database, { busyTimeoutMs: options.busyTimeoutMs, ...(options.server === true ? { blockingBusyMs: 5 } : {}) });
+  const store = new SqliteStore(database, { busyTimeoutMs: options.busyTimeoutMs, ...(options.server === true ? { blockingBusyMs: 5, ingestThread: true } : {}) });
+  try {
+    await store.ready();
+  } catch (e) {
+    await store.close().catch(() => undefined);
+    throw e;
+  }
+  return store;
 }

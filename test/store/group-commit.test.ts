@@ -22,9 +22,13 @@ function event(deliveryId: string, body: string): NewEvent {
   };
 }
 
-describe('group commit', () => {
+describe.each([
+  ['inline', false],
+  ['worker thread', true],
+])('group commit (%s)', (_, ingestThread) => {
   it('decides duplicates inside one batch in order: the first wins, the others get its answer', async () => {
-    const store = new SqliteStore(join(tmp.dir, 'dup.db'), { busyTimeoutMs: 1000 });
+    const store = new SqliteStore(join(tmp.dir, `dup-${ingestThread}.db`), { busyTimeoutMs: 1000, ingestThread });
+    await store.ready();
     const results = await Promise.all([event('a', '1'), event('a', '1'), event('b', '2'), event('a', '1'), event('a', 'other')].map((e) => store.ingest(e)));
     expect(results.map((r) => r.outcome)).toEqual(['accepted', 'duplicate', 'accepted', 'duplicate', 'conflict']);
     expect(results[1]?.body).toBe(results[0]?.body);
@@ -35,7 +39,8 @@ describe('group commit', () => {
   });
 
   it('a failing item does not fail the innocent requests of its batch', async () => {
-    const store = new SqliteStore(join(tmp.dir, 'bad.db'), { busyTimeoutMs: 1000 });
+    const store = new SqliteStore(join(tmp.dir, `bad-${ingestThread}.db`), { busyTimeoutMs: 1000, ingestThread });
+    await store.ready();
     // A NOT NULL violation: INSERT OR IGNORE skips it, and no row exists to answer from.
     const bad = { ...event('bad', 'x'), eventType: null } as unknown as NewEvent;
     const settled = await Promise.allSettled([event('g1', '1'), bad, event('g2', '2')].map((e) => store.ingest(e)));
@@ -45,8 +50,9 @@ describe('group commit', () => {
   });
 
   it('close() waits for in-flight inserts: every resolved ingest is in the file', async () => {
-    const file = join(tmp.dir, 'close.db');
-    const store = new SqliteStore(file, { busyTimeoutMs: 1000 });
+    const file = join(tmp.dir, `close-${ingestThread}.db`);
+    const store = new SqliteStore(file, { busyTimeoutMs: 1000, ingestThread });
+    await store.ready();
     const pending = Array.from({ length: 200 }, (_, i) => store.ingest(event(`e${i}`, String(i))));
     await store.close();
     const results = await Promise.all(pending);

@@ -7,6 +7,7 @@ import * as drain from './drain.js';
 import type { AttemptRecord, EffectDb, EffectFinish, EffectStart, Lease } from '../drain-types.js';
 import * as ops from './ops.js';
 import type { ListEventsQuery, ReplayOptions } from '../ops-types.js';
+import { IngestThread } from './ingest-thread.js';
 import { openSqlite, type Db } from './open.js';
 import { queueStats } from './queue-stats.js';
 
@@ -15,6 +16,8 @@ export interface SqliteStoreOptions {
   busyTimeoutMs: number;
   /** Long-running processes (serve) keep the thread free: SQLite's own wait is capped at this. */
   blockingBusyMs?: number;
+  /** serve: commit ingest batches in a worker thread, so fsync never stalls the event loop. */
+  ingestThread?: boolean;
 }
 
 /**
@@ -28,6 +31,7 @@ export class SqliteStore implements Store {
   readonly #options: SqliteStoreOptions;
   readonly #ingest: ReturnType<typeof ingestStatements>;
   readonly #group: GroupCommit<NewEvent, IngestResult>;
+  readonly #thread: IngestThread | undefined;
   #closed = false;
   /** The drain's own connection, opened on first use (CLI commands never open it). */
   #drain: drain.DrainConnection | undefined;
@@ -37,7 +41,14 @@ export class SqliteStore implements Store {
     this.#options = options;
     this.db = openSqlite(path, { busyTimeoutMs: options.blockingBusyMs ?? options.busyTimeoutMs });
     this.#ingest = ingestStatements(this.db);
-    this.#group = new GroupCommit((items) => this.#commitBatch(items));
+    this.#thread = options.ingestThread === true ? new IngestThread(path, options.busyTimeoutMs) : undefined;
+    const thread = this.#thread;
+    this.#group = new GroupCommit(thread === undefined ? (items) => this.#commitBatch(items) : (items) => thread.commit(items));
+  }
+
+  /** Resolves once the ingest worker (if any) has opened the database; rejects if it cannot. */
+  async ready(): Promise<void> {
+    await this.#thread?.ready;
   }
 
   get path(): string {
@@ -151,6 +162,7 @@ export class SqliteStore implements Store {
     if (this.#closed) return;
     await this.#group.drain();
     this.#closed = true;
+    await this.#thread?.close();
     this.#drain?.db.close();
     this.db.close();
   }

@@ -1,0 +1,70 @@
+/**
+ * The ingest connection, in a worker thread. A SQLite COMMIT with synchronous=FULL waits
+ * for fsync; on the main thread that wait would stop every other request from being read
+ * and verified. Here the main thread keeps parsing and verifying the next batch while this
+ * thread commits the current one (see ingest-thread.ts). The worker may also block in
+ * SQLite's own busy wait without stalling the server.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import type { IngestResult, NewEvent } from '../types.js';
+import { ingestOne, ingestStatements } from './ingest.js';
+import { openSqlite } from './open.js';
+
+export interface WorkerInit {
+  path: string;
+  busyTimeoutMs: number;
+}
+
+export type WorkerRequest = { type: 'batch'; seq: number; items: NewEvent[] } | { type: 'close' };
+export type WorkerReply =
+  | { type: 'ready' }
+  | { type: 'open-failed'; error: SerializedError }
+  | { type: 'batch'; seq: number; results: IngestResult[] }
+  | { type: 'batch'; seq: number; error: SerializedError }
+  | { type: 'closed' };
+
+export interface SerializedError {
+  message: string;
+  code?: string;
+  kind?: string;
+  hint?: string;
+}
+
+function serialize(e: unknown): SerializedError {
+  const err = e as { message?: string; code?: unknown; kind?: unknown; hint?: unknown };
+  return {
+    message: String(err.message ?? e),
+    ...(typeof err.code === 'string' ? { code: err.code } : {}),
+    ...(typeof err.kind === 'string' ? { kind: err.kind } : {}),
+    ...(typeof err.hint === 'string' ? { hint: err.hint } : {}),
+  };
+}
+
+if (parentPort !== null) {
+  const port = parentPort;
+  const init = workerData as WorkerInit;
+  try {
+    // SQLite's busy wait blocks only this thread: it may wait the whole busy timeout.
+    const db = openSqlite(init.path, { busyTimeoutMs: init.busyTimeoutMs });
+    const statements = ingestStatements(db);
+    const commit = db.transaction((items: NewEvent[]) => items.map((e) => ingestOne(statements, e)));
+    port.on('message', (m: WorkerRequest) => {
+      if (m.type === 'close') {
+        db.close();
+        port.postMessage({ type: 'closed' } satisfies WorkerReply);
+        port.close();
+        return;
+      }
+      // Structured clone turns Buffers into Uint8Arrays; better-sqlite3 binds both as BLOBs.
+      try {
+        const results = commit.immediate(m.items);
+        port.postMessage({ type: 'batch', seq: m.seq, results } satisfies WorkerReply);
+      } catch (e) {
+        port.postMessage({ type: 'batch', seq: m.seq, error: serialize(e) } satisfies WorkerReply);
+      }
+    });
+    port.postMessage({ type: 'ready' } satisfies WorkerReply);
+  } catch (e) {
+    port.postMessage({ type: 'open-failed', error: serialize(e) } satisfies WorkerReply);
+  }
+}

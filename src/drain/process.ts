@@ -53,6 +53,8 @@ interface Failure {
   error: string;
   retryable: boolean;
   retryAfterMs?: number | undefined;
+  /** Another event holds the effect key: nothing failed, this event just has to wait. */
+  busy?: true;
 }
 
 type RouteResult = { lost: true } | { lost: false; failure?: Failure };
@@ -87,7 +89,10 @@ export async function processEvent(ctx: ProcessContext, event: ClaimedEvent, sig
   }
   const error = failures.map((f) => `${f.route}: ${f.error}`).join('; ');
   const permanent = failures.some((f) => !f.retryable);
-  if (permanent || event.attempt >= ctx.config.retry.maxAttempts) {
+  // Waiting for another event's run of the same key is not a failure: it never makes an
+  // event dead, whatever its attempt count (after a crash that wait lasts a whole lease).
+  const onlyWaiting = failures.every((f) => f.busy === true);
+  if (permanent || (event.attempt >= ctx.config.retry.maxAttempts && !onlyWaiting)) {
     const why = permanent ? error : `${error} (gave up after ${event.attempt} attempts)`;
     const held = await ctx.store.buryEvent(event.lease, why, now);
     return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: held ? 'dead' : 'lost', error: why });
@@ -189,7 +194,7 @@ function eventView(e: ClaimedEvent) {
 }
 
 function busyFailure(route: RouteConfig, heldBy: number, effectKey: string): Failure {
-  return { route: route.name, error: `effect ${effectKey} is running for event ${heldBy}; will look again`, retryable: true };
+  return { route: route.name, error: `effect ${effectKey} is running for event ${heldBy}; will look again`, retryable: true, busy: true };
 }
 
 function errorOf(d: { action: string; appliedVersion?: string; heldByEventId?: number }): string | undefined {

@@ -123,6 +123,28 @@ describe('drain: exactly once in effect', () => {
     expect(hb.attempts.map((x) => x.outcome)).toEqual(['busy', 'skipped']);
   });
 
+  it('waiting for another event running the same key never makes an event dead, even past maxAttempts', async () => {
+    const out = join(tmp.dir, 'runs.txt');
+    const release = join(tmp.dir, 'release');
+    const argv = ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"; while [ ! -f "$2" ]; do sleep 0.02; done', 'sh', out, release];
+    const config = makeConfig({ sources: { shop }, retry: { maxAttempts: 1 }, routes: [{ name: 'licence', source: 'shop', key: '{body.order}', effect: { exec: argv, timeoutSeconds: 20 } }] }, tmp.dir);
+    const c = clock();
+    const a = open(config.database);
+    const b = open(config.database);
+    await a.ingest(newEvent({ source: 'shop', deliveryId: 'd1', eventType: 'order.paid', body: { order: 'o1' }, receivedAt: c.now() }));
+    await a.ingest(newEvent({ source: 'shop', deliveryId: 'd2', eventType: 'order.paid', body: { order: 'o1' }, receivedAt: c.now() }));
+    const first = drainDue(harness(config, a, c.now), 'A');
+    while (lines(out).length === 0) await new Promise((r) => setTimeout(r, 10));
+    const hb = harness(config, b, c.now, () => 0.5);
+    // Attempt 1 of 1 finds the key busy: retried later, not buried.
+    expect(await drainDue(hb, 'B')).toMatchObject([{ eventId: 2, status: 'retry' }]);
+    writeFileSync(release, '');
+    expect((await first).map((o) => o.status)).toEqual(['done']);
+    c.advance(10_000);
+    expect((await drainDue(hb, 'B')).map((o) => o.status)).toEqual(['done']);
+    expect(lines(out)).toEqual(['o1']);
+  });
+
   it('an event that matches no route is done at once, with no attempt', async () => {
     const config = makeConfig({ sources: { shop }, routes: [{ name: 'licence', source: 'shop', events: ['order.*'], key: '{body.order}', effect: { exec: ['true'] } }] }, tmp.dir);
     const c = clock();

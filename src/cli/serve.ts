@@ -1,7 +1,7 @@
 import { createAdaptorServer } from '@hono/node-server';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Command } from 'commander';
+import { InvalidArgumentError, type Command } from 'commander';
 import type { Config } from '../config/load.js';
 import { startDrain, type Drain } from '../drain/loop.js';
 import { createApp } from '../http/app.js';
@@ -19,11 +19,16 @@ interface ServeOptions extends CommonOptions {
   logLevel?: string;
 }
 
+function portNumber(value: string): number {
+  if (!/^\d{1,5}$/.test(value) || Number(value) > 65535) throw new InvalidArgumentError('--port must be a whole number from 0 to 65535, e.g. --port 8080.');
+  return Number(value);
+}
+
 export function registerServe(program: Command): void {
   addCommonOptions(program.command('serve'))
     .description('HTTP ingress and the drain, in one process; SIGTERM stops it cleanly')
     .option('--host <host>', 'address to listen on (overrides "host"; also $RECEIVER_HOST)')
-    .option('--port <port>', 'port to listen on, 0 for any free port (overrides "port"; also $RECEIVER_PORT)', (v) => Number(v))
+    .option('--port <port>', 'port to listen on, 0 for any free port (overrides "port"; also $RECEIVER_PORT)', portNumber)
     .option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent (overrides "log.level"; also $RECEIVER_LOG_LEVEL)')
     .action(async (options: ServeOptions) => {
       await serve(options);

@@ -87,6 +87,12 @@ describe('serve with a bad configuration', () => {
     expect(r.stderr).toMatch(/^Try: /m);
   });
 
+  it('exits 2 on a --port that is not a port, naming the flag', async () => {
+    const r = await runCli(['serve', '--port', 'eighty']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/--port must be a whole number from 0 to 65535/);
+  });
+
   it('exits 2 on an unknown flag', async () => {
     const r = await runCli(['serve', '--prot', '8080']);
     expect(r.code).toBe(2);

@@ -1,8 +1,9 @@
 import type { ClaimedEvent, LedgerRow } from '../drain-types.js';
-import { SUMMARY_COLUMNS, toSummary, type EventSummaryRow } from '../rows.js';
+import { SUMMARY_COLUMNS, type EventSummaryRow } from '../rows.js';
 
-export { SUMMARY_COLUMNS, toSummary };
-import type { AttemptRow, ConflictRow, EffectRow } from '../ops-types.js';
+// Rows both stores return alike are converted in ../rows.ts; the PostgreSQL-only ones here.
+export { ATTEMPT_COLUMNS, EFFECT_COLUMNS, SUMMARY_COLUMNS, toAttempt, toConflict, toEffect, toSummary } from '../rows.js';
+export type { AttemptDbRow, ConflictDbRow, EffectDbRow } from '../rows.js';
 
 /**
  * snake_case rows as PostgreSQL returns them, and their camelCase shapes: converted here
@@ -68,74 +69,3 @@ export function toLedger(r: LedgerDbRow): LedgerRow {
   return { status: r.status, eventId: r.event_id, version: r.version, runs: r.runs, heldElsewhere: r.held_elsewhere };
 }
 
-export interface AttemptDbRow {
-  id: number;
-  attempt: number;
-  route: string;
-  effect_key: string | null;
-  started_at: number;
-  finished_at: number | null;
-  outcome: string;
-  error: string | null;
-  output: string | null;
-  forced: number;
-}
-
-export const ATTEMPT_COLUMNS = `id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced`;
-
-export function toAttempt(a: AttemptDbRow): AttemptRow {
-  return {
-    id: a.id,
-    attempt: a.attempt,
-    route: a.route,
-    effectKey: a.effect_key,
-    startedAt: a.started_at,
-    finishedAt: a.finished_at,
-    outcome: a.outcome,
-    error: a.error,
-    output: a.output,
-    forced: a.forced !== 0,
-  };
-}
-
-export interface EffectDbRow {
-  effect_key: string;
-  route: string;
-  business_key: string;
-  status: EffectRow['status'];
-  event_id: number | null;
-  version: string | null;
-  runs: number;
-  forced_runs: number;
-  started_at: number | null;
-  finished_at: number | null;
-  last_error: string | null;
-}
-
-export const EFFECT_COLUMNS = `effect_key, route, business_key, status, event_id, version, runs, forced_runs, started_at, finished_at, last_error`;
-
-export function toEffect(e: EffectDbRow): EffectRow {
-  return {
-    effectKey: e.effect_key,
-    route: e.route,
-    businessKey: e.business_key,
-    status: e.status,
-    eventId: e.event_id,
-    version: e.version,
-    runs: e.runs,
-    forcedRuns: e.forced_runs,
-    startedAt: e.started_at,
-    finishedAt: e.finished_at,
-    lastError: e.last_error,
-  };
-}
-
-export interface ConflictDbRow {
-  id: number;
-  received_at: number;
-  body_sha256: string;
-}
-
-export function toConflict(c: ConflictDbRow): ConflictRow {
-  return { id: c.id, receivedAt: c.received_at, bodySha256: c.body_sha256 };
-}

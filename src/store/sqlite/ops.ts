@@ -1,6 +1,4 @@
 import type {
-  AttemptRow,
-  ConflictRow,
   DropBodiesBatchResult,
   EffectRow,
   EventDetail,
@@ -15,7 +13,7 @@ import type {
   StoreStats,
 } from '../ops-types.js';
 import { EVENT_STATUSES } from '../ops-types.js';
-import { SUMMARY_COLUMNS, toSummary, type EventSummaryRow } from '../rows.js';
+import { ATTEMPT_COLUMNS, EFFECT_COLUMNS, SUMMARY_COLUMNS, toAttempt, toConflict, toEffect, toSummary, type AttemptDbRow, type ConflictDbRow, type EffectDbRow, type EventSummaryRow } from '../rows.js';
 import { sqliteError } from './errors.js';
 import type { Db } from './open.js';
 
@@ -203,32 +201,7 @@ export function listEvents(db: Db, query: ListEventsQuery): Promise<EventSummary
   });
 }
 
-interface AttemptDbRow {
-  id: number;
-  attempt: number;
-  route: string;
-  effect_key: string | null;
-  started_at: number;
-  finished_at: number | null;
-  outcome: string;
-  error: string | null;
-  output: string | null;
-  forced: number;
-}
 
-interface EffectDbRow {
-  effect_key: string;
-  route: string;
-  business_key: string;
-  status: EffectRow['status'];
-  event_id: number | null;
-  version: string | null;
-  runs: number;
-  forced_runs: number;
-  started_at: number | null;
-  finished_at: number | null;
-  last_error: string | null;
-}
 
 function parseJsonObject(text: string | null): Record<string, string> | null {
   if (text === null) return null;
@@ -242,12 +215,12 @@ export function getEvent(db: Db, eventId: number): Promise<EventDetail | undefin
         .prepare(`SELECT ${SUMMARY_COLUMNS}, headers, body, body_sha256, extra_ids, response_status, lease_owner, lease_expires_at FROM events WHERE id = ?`)
         .get(eventId) as EventDetailRow | undefined;
       if (r === undefined) return undefined;
-      const attempts = db.prepare(`SELECT id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced FROM attempts WHERE event_id = ? ORDER BY id`).all(eventId) as AttemptDbRow[];
+      const attempts = db.prepare(`SELECT ${ATTEMPT_COLUMNS} FROM attempts WHERE event_id = ? ORDER BY id`).all(eventId) as AttemptDbRow[];
       const effects = db
-        .prepare(`SELECT effect_key, route, business_key, status, event_id, version, runs, forced_runs, started_at, finished_at, last_error FROM effects
+        .prepare(`SELECT ${EFFECT_COLUMNS} FROM effects
           WHERE effect_key IN (SELECT effect_key FROM attempts WHERE event_id = ? AND effect_key IS NOT NULL) OR event_id = ? ORDER BY effect_key`)
         .all(eventId, eventId) as EffectDbRow[];
-      const conflicts = db.prepare(`SELECT id, received_at, body_sha256 FROM conflicts WHERE event_id = ? ORDER BY id`).all(eventId) as { id: number; received_at: number; body_sha256: string }[];
+      const conflicts = db.prepare(`SELECT id, received_at, body_sha256 FROM conflicts WHERE event_id = ? ORDER BY id`).all(eventId) as ConflictDbRow[];
       return {
         ...toSummary(r),
         headers: parseJsonObject(r.headers),
@@ -257,36 +230,9 @@ export function getEvent(db: Db, eventId: number): Promise<EventDetail | undefin
         responseStatus: r.response_status,
         leaseOwner: r.lease_owner,
         leaseExpiresAt: r.lease_expires_at,
-        attemptRows: attempts.map(
-          (a): AttemptRow => ({
-            id: a.id,
-            attempt: a.attempt,
-            route: a.route,
-            effectKey: a.effect_key,
-            startedAt: a.started_at,
-            finishedAt: a.finished_at,
-            outcome: a.outcome,
-            error: a.error,
-            output: a.output,
-            forced: a.forced !== 0,
-          }),
-        ),
-        effects: effects.map(
-          (e): EffectRow => ({
-            effectKey: e.effect_key,
-            route: e.route,
-            businessKey: e.business_key,
-            status: e.status,
-            eventId: e.event_id,
-            version: e.version,
-            runs: e.runs,
-            forcedRuns: e.forced_runs,
-            startedAt: e.started_at,
-            finishedAt: e.finished_at,
-            lastError: e.last_error,
-          }),
-        ),
-        conflicts: conflicts.map((c): ConflictRow => ({ id: c.id, receivedAt: c.received_at, bodySha256: c.body_sha256 })),
+        attemptRows: attempts.map(toAttempt),
+        effects: effects.map(toEffect),
+        conflicts: conflicts.map(toConflict),
       };
     })(),
   );

@@ -100,7 +100,8 @@ export async function serve(options: ServeOptions): Promise<void> {
   const config = configFrom(options);
   const logger = createLogger(config.log.level);
   // The delivery line is built field by field in logDelivery (ids, outcome, status, duration).
-  const deliveryLogger = createLogger(config.log.level, 2, { redact: false });
+  // Its lines are written once per event-loop turn (a batch of answers), not once per line.
+  const deliveryLogger = createLogger(config.log.level, 2, { redact: false, perTurn: true });
   // What check-config prints (secrets hidden), for a debug session.
   logger.debug({ configuration: describeConfig(config) }, 'configuration');
   for (const source of config.sources.values()) {
@@ -200,6 +201,8 @@ export async function serve(options: ServeOptions): Promise<void> {
       logger.error({ err: e }, 'closing the database failed');
       code = 1;
     }
+    // The last delivery lines go out before "stopped", which stays the last line.
+    deliveryLogger.flush();
     logger.info({ signal, tookMs: Date.now() - started }, 'stopped');
     process.exit(code);
   };

@@ -5,14 +5,17 @@
 // Loads each server with signed 1.5 KB bodies (a tenth of them duplicates) from autocannon on
 // 127.0.0.1, prints req/s, p50, p99, the ratio receiver/bare and the server's peak RSS, then
 // checks that the stored row count equals the distinct event ids acknowledged with 2xx.
-// Then it measures ingest with 1,000,000 rows already in the table against an empty table.
+// On Linux it also prints each server's CPU time per request (its event loop, and its other
+// threads: the ingest worker, GC) and how much of the run the event loop was busy or waiting
+// for a CPU. Then it measures ingest with 1,000,000 rows in the table against an empty one.
 import autocannon from 'autocannon';
 import Database from 'better-sqlite3';
 import { spawn } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 
@@ -61,6 +64,47 @@ function rssMb(pid) {
   } catch {
     return 0;
   }
+}
+
+/**
+ * CPU time of each thread of a process (utime + stime, ms) and the time it spent runnable
+ * but waiting for a CPU (schedstat, ms): where a request's cost goes, and whether the
+ * event loop was busy, waiting for a CPU, or idle.
+ */
+function threadTimes(pid) {
+  const out = new Map();
+  try {
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const sched = readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').trim().split(' ').map(Number);
+      out.set(tid, { cpuMs: (Number(f[11]) + Number(f[12])) * 10, waitMs: sched[1] / 1e6 });
+    }
+  } catch {
+    // Not Linux, or the process is gone: no breakdown.
+  }
+  return out;
+}
+
+function cpuBreakdown(pid, before, after, requests, wallMs) {
+  if (after.size === 0 || requests === 0) return undefined;
+  const main = String(pid);
+  let mainCpu = 0;
+  let mainWait = 0;
+  let other = 0;
+  for (const [tid, a] of after) {
+    const b = before.get(tid) ?? { cpuMs: 0, waitMs: 0 };
+    if (tid === main) {
+      mainCpu = a.cpuMs - b.cpuMs;
+      mainWait = a.waitMs - b.waitMs;
+    } else other += a.cpuMs - b.cpuMs;
+  }
+  return {
+    mainUsPerReq: (mainCpu * 1000) / requests,
+    otherUsPerReq: (other * 1000) / requests,
+    mainBusy: mainCpu / wallMs,
+    mainWaitingForCpu: mainWait / wallMs,
+  };
 }
 
 const PAD = 'x'.repeat(1400);
@@ -116,7 +160,10 @@ async function measure(label, start, connections, { acked } = {}) {
   await autocannon({ url: `http://127.0.0.1:${port}/webhooks/shop`, connections, duration: 2, method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
   let peak = 0;
   const sampler = setInterval(() => (peak = Math.max(peak, rssMb(child.pid))), 200);
+  const before = threadTimes(child.pid);
+  const t0 = performance.now();
   const { result } = await load(port, connections, SECONDS, acked);
+  const cpu = cpuBreakdown(child.pid, before, threadTimes(child.pid), result.requests.total, performance.now() - t0);
   clearInterval(sampler);
   await stop(child);
   const non2xx = result.non2xx;
@@ -130,6 +177,7 @@ async function measure(label, start, connections, { acked } = {}) {
     non2xx,
     total: result.requests.total,
     rssMb: peak,
+    cpu,
   };
 }
 
@@ -197,7 +245,10 @@ async function checkStored(database, acked, connections, sinceId = 0) {
 }
 
 function fmt(r) {
-  return `${r.label.padEnd(28)} c=${String(r.connections).padStart(3)}  ${r.rps.toFixed(0).padStart(7)} req/s  p50 ${String(r.p50).padStart(4)} ms  p99 ${String(r.p99).padStart(4)} ms  rss ${r.rssMb.toFixed(0).padStart(4)} MB  non2xx ${r.non2xx}  errors ${r.errors}`;
+  const line = `${r.label.padEnd(28)} c=${String(r.connections).padStart(3)}  ${r.rps.toFixed(0).padStart(7)} req/s  p50 ${String(r.p50).padStart(4)} ms  p99 ${String(r.p99).padStart(4)} ms  rss ${r.rssMb.toFixed(0).padStart(4)} MB  non2xx ${r.non2xx}  errors ${r.errors}`;
+  if (r.cpu === undefined) return line;
+  const pct = (x) => `${(x * 100).toFixed(0)}%`;
+  return `${line}\n${' '.repeat(30)}cpu per request: event loop ${r.cpu.mainUsPerReq.toFixed(0)} us, other threads ${r.cpu.otherUsPerReq.toFixed(0)} us; event loop busy ${pct(r.cpu.mainBusy)}, waiting for a CPU ${pct(r.cpu.mainWaitingForCpu)}`;
 }
 
 async function fillMillion(database) {

@@ -1,6 +1,9 @@
 // Ingest benchmark: receiver serve against a bare Hono server, measured in the same run.
 //
-//   npm run build && node bench/ingest.mjs [--seconds 10] [--connections 16,64] [--db postgres://...] [--skip-1m]
+//   npm run build && node bench/ingest.mjs [--seconds 10] [--connections 16,64] [--rounds 1] [--db postgres://...] [--skip-1m]
+//
+// --rounds N repeats the bare/receiver pairs N times and prints the median ratio: on a shared
+// machine whose speed drifts, one pair can be off by a third.
 //
 // Loads each server with signed 1.5 KB bodies (a tenth of them duplicates) from autocannon on
 // 127.0.0.1, prints req/s, p50, p99, the ratio receiver/bare and the server's peak RSS, then
@@ -26,9 +29,11 @@ const { values: args } = parseArgs({
     db: { type: 'string' },
     'skip-1m': { type: 'boolean', default: false },
     'drain': { type: 'boolean', default: false },
+    rounds: { type: 'string', default: '1' },
   },
 });
 const SECONDS = Number(args.seconds);
+const ROUNDS = Number(args.rounds);
 const CONNECTIONS = args.connections.split(',').map(Number);
 const SECRET = 'bench-secret';
 const ROOT = new URL('..', import.meta.url).pathname;
@@ -266,19 +271,33 @@ async function fillMillion(database) {
 
 const results = [];
 console.log(`ingest benchmark: ${SECONDS}s per run, connections ${CONNECTIONS.join(', ')}, store ${args.db ?? 'SQLite (synchronous=FULL)'}, drain ${args.drain ? 'on' : 'off'}`);
-for (const c of CONNECTIONS) {
-  const b = await measure('bare hono (stores nothing)', bare, c);
-  console.log(fmt(b));
-  const database = args.db ?? join(dir, `ingest-${c}.db`);
-  const acked = new Set();
-  // A PostgreSQL database is shared by the runs: count only this run's rows.
-  const sinceId = database.startsWith('postgres') ? await pgMaxId(database) : 0;
-  const r = await measure('receiver serve', receiver(database), c, { acked });
-  console.log(fmt(r));
-  const check = await checkStored(database, acked, c, sinceId);
-  console.log(`  ratio receiver/bare = ${(r.rps / b.rps).toFixed(2)}   stored vs acknowledged: ${check.text}`);
-  results.push({ connections: c, bare: b, receiver: r, ratio: r.rps / b.rps });
-  if (!check.ok) process.exitCode = 1;
+for (let round = 1; round <= ROUNDS; round++) {
+  if (ROUNDS > 1) console.log(`round ${round} of ${ROUNDS}`);
+  for (const c of CONNECTIONS) {
+    const b = await measure('bare hono (stores nothing)', bare, c);
+    console.log(fmt(b));
+    const database = args.db ?? join(dir, `ingest-${c}-${round}.db`);
+    const acked = new Set();
+    // A PostgreSQL database is shared by the runs: count only this run's rows.
+    const sinceId = database.startsWith('postgres') ? await pgMaxId(database) : 0;
+    const r = await measure('receiver serve', receiver(database), c, { acked });
+    console.log(fmt(r));
+    const check = await checkStored(database, acked, c, sinceId);
+    console.log(`  ratio receiver/bare = ${(r.rps / b.rps).toFixed(2)}   stored vs acknowledged: ${check.text}`);
+    results.push({ connections: c, bare: b, receiver: r, ratio: r.rps / b.rps });
+    if (!check.ok) process.exitCode = 1;
+  }
+}
+if (ROUNDS > 1) {
+  // The machine's speed drifts between runs; each round pairs bare and receiver back to back.
+  const median = (xs) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
+  for (const c of CONNECTIONS) {
+    const mine = results.filter((r) => r.connections === c);
+    const ratios = mine.map((r) => r.ratio);
+    console.log(
+      `c=${String(c).padStart(3)}: median of ${ROUNDS} rounds: bare ${median(mine.map((r) => r.bare.rps)).toFixed(0)} req/s, receiver ${median(mine.map((r) => r.receiver.rps)).toFixed(0)} req/s, ratio ${median(ratios).toFixed(2)} (${ratios.map((x) => x.toFixed(2)).join(', ')}), receiver p99 ${median(mine.map((r) => r.receiver.p99))} ms`,
+    );
+  }
 }
 
 if (!args['skip-1m'] && args.db === undefined) {

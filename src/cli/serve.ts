@@ -211,6 +211,7 @@ export async function serve(options: ServeOptions): Promise<void> {
   // A bug must not leave a half-working process: log it as one JSON line and exit 1, for
   // systemd to restart (Restart=on-failure). Committed events are safe; claims come back.
   const crash = (what: string) => (e: unknown) => {
+    deliveryLogger.flush();
     logger.fatal({ err: e }, what);
     process.exit(1);
   };

@@ -132,3 +132,17 @@ export function startServe(configFile: string, options: { env?: NodeJS.ProcessEn
     });
   });
 }
+
+/** Polls `get` every 5 ms until it returns something other than undefined, or fails after timeoutMs. */
+export function waitFor<T>(get: () => T | undefined, what: string, timeoutMs = 5000): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  return new Promise((resolve, reject) => {
+    const tick = () => {
+      const v = get();
+      if (v !== undefined) return resolve(v);
+      if (Date.now() > until) return reject(new Error(`timed out waiting for ${what}`));
+      setTimeout(tick, 5);
+    };
+    tick();
+  });
+}

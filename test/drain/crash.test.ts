@@ -1,21 +1,8 @@
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { post, startServe, tempDir, writeConfig, type ServeProcess } from '../helpers.js';
+import { post, startServe, tempDir, waitFor, writeConfig, type ServeProcess } from '../helpers.js';
 import { inspect, lines } from './helpers.js';
-
-function waitFor<T>(get: () => T | undefined, what: string, timeoutMs = 10_000): Promise<T> {
-  const until = Date.now() + timeoutMs;
-  return new Promise((resolve, reject) => {
-    const tick = () => {
-      const v = get();
-      if (v !== undefined) return resolve(v);
-      if (Date.now() > until) return reject(new Error(`timed out waiting for ${what}`));
-      setTimeout(tick, 20);
-    };
-    tick();
-  });
-}
 
 describe('crash mid-effect (kill -9 of receiver serve)', () => {
   let tmp: ReturnType<typeof tempDir>;
@@ -54,7 +41,7 @@ describe('crash mid-effect (kill -9 of receiver serve)', () => {
     serve = await startServe(file);
     const first = await post(`${serve.url}/webhooks/shop`, JSON.stringify({ id: 'e1', type: 'push', commit: 'c1' }));
     expect(first.status).toBe(202);
-    await waitFor(() => (lines(runs).length === 1 && existsSync(pid) ? true : undefined), 'the effect to start');
+    await waitFor(() => (lines(runs).length === 1 && existsSync(pid) ? true : undefined), 'the effect to start', 10_000);
     // A second event arrives while the first effect runs: it waits, committed, behind it.
     const second = await post(`${serve.url}/webhooks/shop`, JSON.stringify({ id: 'e2', type: 'push', commit: 'c2' }));
     expect(second.status).toBe(202);
@@ -75,7 +62,7 @@ describe('crash mid-effect (kill -9 of receiver serve)', () => {
     db.db.prepare(`UPDATE events SET lease_expires_at = ? WHERE id = 1`).run(Date.now() - 1);
 
     serve = await startServe(file);
-    await waitFor(() => (db.event(1).status === 'done' && db.event(2).status === 'done' ? true : undefined), 'both events to be done');
+    await waitFor(() => (db.event(1).status === 'done' && db.event(2).status === 'done' ? true : undefined), 'both events to be done', 10_000);
     expect(lines(runs)).toEqual(['c1 1', 'c1 2', 'c2 1']);
     expect(db.effect('deploy:c1')).toMatchObject({ status: 'done', runs: 2, event_id: 1 });
     expect(db.effect('deploy:c2')).toMatchObject({ status: 'done', runs: 1 });

@@ -3,23 +3,10 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { startDrain, type Drain, type EventOutcome } from '../../src/drain/loop.js';
 import { SqliteStore } from '../../src/store/sqlite/index.js';
-import { makeConfig, tempDir } from '../helpers.js';
+import { makeConfig, tempDir, waitFor } from '../helpers.js';
 import { appendKey, inspect, lines, newEvent, silent } from './helpers.js';
 
 const shop = { provider: 'none', deliveryId: '{body.id}', eventType: '{body.type}' };
-
-function waitFor<T>(get: () => T | undefined, what: string, timeoutMs = 5000): Promise<T> {
-  const until = Date.now() + timeoutMs;
-  return new Promise((resolve, reject) => {
-    const tick = () => {
-      const v = get();
-      if (v !== undefined) return resolve(v);
-      if (Date.now() > until) return reject(new Error(`timed out waiting for ${what}`));
-      setTimeout(tick, 5);
-    };
-    tick();
-  });
-}
 
 describe('the drain loop', () => {
   let tmp: ReturnType<typeof tempDir>;

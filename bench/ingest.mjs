@@ -279,7 +279,9 @@ function receiverConfig(database) {
 }
 
 const bare = () => startProcess(['bench/bare-server.mjs']);
-const receiver = (database) => () => startProcess(['bin/receiver.js', 'serve', '-c', receiverConfig(database), '--port', '0']);
+// Node's options as the systemd unit starts receiver (contrib/receiver.service's ExecStart).
+const UNIT_NODE_OPTIONS = /^ExecStart=\S+ (.*?)\s*\S+\/bin\/receiver\.js serve$/m.exec(readFileSync(join(ROOT, 'contrib/receiver.service'), 'utf8'))?.[1].split(/\s+/).filter(Boolean) ?? [];
+const receiver = (database) => () => startProcess([...UNIT_NODE_OPTIONS, 'bin/receiver.js', 'serve', '-c', receiverConfig(database), '--port', '0']);
 
 /** PostgreSQL: the highest event id before a run (the database is the caller's: nothing is deleted). */
 async function pgMaxId(database) {
@@ -350,7 +352,7 @@ async function fillMillion(database) {
 }
 
 const results = [];
-console.log(`ingest benchmark: ${SECONDS}s per run, load from ${LOAD}, connections ${CONNECTIONS.join(', ')}, store ${args.db ?? 'SQLite (synchronous=FULL)'}, drain ${args.drain ? 'on' : 'off'}`);
+console.log(`ingest benchmark: ${SECONDS}s per run, load from ${LOAD}, receiver started as the systemd unit does (node ${UNIT_NODE_OPTIONS.join(' ')}), connections ${CONNECTIONS.join(', ')}, store ${args.db ?? 'SQLite (synchronous=FULL)'}, drain ${args.drain ? 'on' : 'off'}`);
 for (let round = 1; round <= ROUNDS; round++) {
   if (ROUNDS > 1) console.log(`round ${round} of ${ROUNDS}`);
   for (const c of CONNECTIONS) {
@@ -386,7 +388,7 @@ if (!args['skip-1m'] && args.db === undefined) {
   const empty = join(dir, 'empty.db');
   const full = join(dir, 'million.db');
   // Create the schema through the receiver itself, then fill the table.
-  const { child } = await startProcess(['bin/receiver.js', 'serve', '-c', receiverConfig(full), '--port', '0']);
+  const { child } = await receiver(full)();
   await stop(child);
   const t0 = Date.now();
   await fillMillion(full);

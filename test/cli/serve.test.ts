@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import type { ChildProcess } from 'node:child_process';
+import { spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -173,6 +173,18 @@ describe('receiver serve (child process)', () => {
     for (const hardening of ['NoNewPrivileges=yes', 'ProtectSystem=strict', 'ReadWritePaths=/var/lib/receiver', 'PrivateTmp=yes', 'ProtectHome=yes']) expect(unit).toMatch(new RegExp(`^${hardening}$`, 'm'));
     // Node's JIT needs writable executable memory: this option would crash it at start.
     expect(unit).not.toMatch(/^MemoryDenyWriteExecute=yes/m);
+  });
+
+  it("contrib/receiver.service caps V8's young generation with options this Node accepts", () => {
+    const unit = readFileSync(`${REPO}contrib/receiver.service`, 'utf8');
+    const exec = /^ExecStart=(\S+) (.*) (\S+) serve$/m.exec(unit);
+    expect(exec?.[3]).toBe('/opt/receiver/bin/receiver.js');
+    const options = (exec?.[2] ?? '').split(' ');
+    expect(options).toContain('--max-semi-space-size=8');
+    // An option Node does not know stops it before receiver starts ("bad option").
+    const run = spawnSync(process.execPath, [...options, '-e', 'process.stdout.write("ok")'], { encoding: 'utf8' });
+    expect(run.stderr).toBe('');
+    expect(run.stdout).toBe('ok');
   });
 
   it('a client trickling its body does not delay other senders and is cut off at requestTimeoutSeconds', async () => {

@@ -3,8 +3,9 @@ import { isReceiverError } from '../errors.js';
 /**
  * Group commit: requests that arrive in the same event-loop turn share one transaction.
  * The batch is flushed from setImmediate (a microtask would run before the other
- * requests of the turn have been parsed, and batch nothing). One batch is in flight at a
- * time; requests arriving meanwhile form the next batch.
+ * requests of the turn have been parsed, and batch nothing). Up to `maxInFlight` batches
+ * are in flight at a time (1 unless the committer queues them in order, as the SQLite
+ * ingest worker does); requests arriving meanwhile form the next batch.
  *
  * Each request is resolved only after `commit` returns, i.e. after its transaction has
  * committed. If a batch fails for a reason other than the database being unavailable,
@@ -13,11 +14,18 @@ import { isReceiverError } from '../errors.js';
 export class GroupCommit<I, O> {
   #queue: { item: I; resolve: (o: O) => void; reject: (e: unknown) => void }[] = [];
   #scheduled = false;
-  #inFlight: Promise<void> | undefined;
+  readonly #inFlight = new Set<Promise<void>>();
 
+  /**
+   * @param maxInFlight batches handed to `commit` before the first has returned. Above 1,
+   *   `commit` must apply its batches one after another in the order it was called: the
+   *   SQLite worker does (one connection, messages in order); a PostgreSQL connection
+   *   shared by concurrent transactions would not.
+   */
   constructor(
     private readonly commit: (items: I[]) => Promise<O[]>,
     private readonly maxBatch = 512,
+    private readonly maxInFlight = 1,
   ) {}
 
   submit(item: I): Promise<O> {
@@ -29,25 +37,27 @@ export class GroupCommit<I, O> {
 
   /** Resolves when everything submitted so far has been committed or failed. */
   async drain(): Promise<void> {
-    while (this.#inFlight !== undefined || this.#queue.length > 0 || this.#scheduled) {
-      await (this.#inFlight ?? new Promise((r) => setImmediate(r)));
+    while (this.#inFlight.size > 0 || this.#queue.length > 0 || this.#scheduled) {
+      await (this.#inFlight.size > 0 ? Promise.race(this.#inFlight) : new Promise((r) => setImmediate(r)));
     }
   }
 
   #schedule(): void {
-    if (this.#scheduled || this.#inFlight !== undefined) return;
+    if (this.#scheduled || this.#inFlight.size >= this.maxInFlight) return;
     this.#scheduled = true;
     setImmediate(() => {
       this.#scheduled = false;
-      this.#inFlight = this.#flush().finally(() => {
-        this.#inFlight = undefined;
+      const flush: Promise<void> = this.#flush().finally(() => {
+        this.#inFlight.delete(flush);
         if (this.#queue.length > 0) this.#schedule();
       });
+      this.#inFlight.add(flush);
     });
   }
 
   async #flush(): Promise<void> {
     const batch = this.#queue.splice(0, this.maxBatch);
+    if (batch.length === 0) return;
     try {
       const results = await this.commit(batch.map((b) => b.item));
       batch.forEach((b, i) => b.resolve(results[i] as O));

@@ -1,12 +1,15 @@
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { GroupCommit } from '../../src/store/group-commit.js';
 import { SqliteStore } from '../../src/store/sqlite/index.js';
 import type { NewEvent } from '../../src/store/types.js';
 import { tempDir } from '../helpers.js';
 
 const tmp = tempDir();
 afterAll(tmp.cleanup);
+
+const nextTurn = () => new Promise((r) => setImmediate(r));
 
 function event(deliveryId: string, body: string): NewEvent {
   return {
@@ -59,6 +62,52 @@ describe.each([
     expect(results.every((r) => r.outcome === 'accepted')).toBe(true);
     const again = new SqliteStore(file, { busyTimeoutMs: 1000 });
     expect((again.db.prepare('SELECT count(*) AS n FROM events').get() as { n: number }).n).toBe(200);
+    await again.close();
+  });
+});
+
+describe('GroupCommit: batches in flight', () => {
+  it.each([
+    [1, [[0]]],
+    [2, [[0], [1]]],
+  ])('with maxInFlight %i, the batches handed to commit before the first returns are %j', async (maxInFlight, expected) => {
+    const calls: { items: number[]; done: (o: number[]) => void }[] = [];
+    const group = new GroupCommit<number, number>((items) => new Promise((resolve) => calls.push({ items, done: resolve })), 512, maxInFlight);
+    // One request per event-loop turn, none of them committed yet.
+    const results: Promise<number>[] = [];
+    for (let turn = 0; turn < 3; turn++) {
+      results.push(group.submit(turn));
+      await nextTurn();
+    }
+    expect(calls.map((c) => c.items)).toEqual(expected);
+    // Committing them in order lets the rest through; each request gets its own result.
+    let drained = false;
+    void group.drain().then(() => (drained = true));
+    for (let i = 0; i < 3 && calls[i] !== undefined; i++) {
+      calls[i]?.done(calls[i]?.items.map((x) => x * 10) ?? []);
+      await nextTurn();
+      await nextTurn();
+    }
+    expect(await Promise.all(results)).toEqual([0, 10, 20]);
+    expect(calls.flatMap((c) => c.items)).toEqual([0, 1, 2]);
+    await nextTurn();
+    expect(drained).toBe(true);
+  });
+
+  it('the SQLite ingest worker decides duplicates across batches in flight together', async () => {
+    const store = new SqliteStore(join(tmp.dir, 'inflight.db'), { busyTimeoutMs: 1000, ingestThread: true });
+    await store.ready();
+    const first = store.ingest(event('x', '1'));
+    await nextTurn();
+    // Posted while the first batch may still be committing.
+    const rest = [event('x', '1'), event('x', 'changed'), event('y', '2')].map((e) => store.ingest(e));
+    const results = await Promise.all([first, ...rest]);
+    expect(results.map((r) => r.outcome)).toEqual(['accepted', 'duplicate', 'conflict', 'accepted']);
+    expect(results[1]?.body).toBe(results[0]?.body);
+    expect(results[2]?.status).toBe(409);
+    await store.close();
+    const again = new SqliteStore(join(tmp.dir, 'inflight.db'), { busyTimeoutMs: 1000 });
+    expect((again.db.prepare('SELECT delivery_id FROM events ORDER BY id').all() as { delivery_id: string }[]).map((r) => r.delivery_id)).toEqual(['x', 'y']);
     await again.close();
   });
 });

@@ -11,6 +11,9 @@ import { IngestThread } from './ingest-thread.js';
 import { openSqlite, type Db } from './open.js';
 import { queueStats } from './queue-stats.js';
 
+/** Batches posted to the ingest worker before the first has committed (3 was slower at 64 connections). */
+export const INGEST_BATCHES_IN_FLIGHT = 2;
+
 export interface SqliteStoreOptions {
   /** Total time an insert waits for another process's write lock before 503. */
   busyTimeoutMs: number;
@@ -43,7 +46,11 @@ export class SqliteStore implements Store {
     this.#ingest = ingestStatements(this.db);
     this.#thread = options.ingestThread === true ? new IngestThread(path, options.busyTimeoutMs) : undefined;
     const thread = this.#thread;
-    this.#group = new GroupCommit(thread === undefined ? (items) => this.#commitBatch(items) : (items) => thread.commit(items));
+    // The worker commits its batches one after another in the order posted: the next batch
+    // can wait there while the current one commits, instead of on this thread for its
+    // answer (at 4 and 16 connections, 37% and 13% more deliveries a second).
+    this.#group =
+      thread === undefined ? new GroupCommit((items) => this.#commitBatch(items)) : new GroupCommit((items) => thread.commit(items), 512, INGEST_BATCHES_IN_FLIGHT);
   }
 
   /** Resolves once the ingest worker (if any) has opened the database; rejects if it cannot. */

@@ -13,7 +13,7 @@ function revive(e: SerializedError): ReceiverError {
   return sqliteError(Object.assign(new Error(e.message), e.code === undefined ? {} : { code: e.code }), 'ingest');
 }
 
-/** The main thread's side of the ingest worker: one batch in flight at a time (GroupCommit). */
+/** The main thread's side of the ingest worker. The worker commits batches one after another in the order posted; GroupCommit keeps up to INGEST_BATCHES_IN_FLIGHT of them posted. */
 export class IngestThread {
   readonly #worker: Worker;
   readonly #pending = new Map<number, { resolve: (r: IngestResult[]) => void; reject: (e: unknown) => void }>();

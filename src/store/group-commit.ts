@@ -12,7 +12,7 @@ import { isReceiverError } from '../errors.js';
  * its items are retried one per transaction, so one bad item cannot fail innocent ones.
  */
 export class GroupCommit<I, O> {
-  #queue: { item: I; resolve: (o: O) => void; reject: (e: unknown) => void }[] = [];
+  #queue: { item: I; at: number; resolve: (o: O) => void; reject: (e: unknown) => void }[] = [];
   #scheduled = false;
   readonly #inFlight = new Set<Promise<void>>();
 
@@ -21,16 +21,18 @@ export class GroupCommit<I, O> {
    *   `commit` must apply its batches one after another in the order it was called: the
    *   SQLite worker does (one connection, messages in order); a PostgreSQL connection
    *   shared by concurrent transactions would not.
+   * `commit` is also given when the oldest of its items was submitted (Date.now()), so that
+   * a wait for a lock can count the time the items already spent queued behind other batches.
    */
   constructor(
-    private readonly commit: (items: I[]) => Promise<O[]>,
+    private readonly commit: (items: I[], since: number) => Promise<O[]>,
     private readonly maxBatch = 512,
     private readonly maxInFlight = 1,
   ) {}
 
   submit(item: I): Promise<O> {
     return new Promise<O>((resolve, reject) => {
-      this.#queue.push({ item, resolve, reject });
+      this.#queue.push({ item, at: Date.now(), resolve, reject });
       this.#schedule();
     });
   }
@@ -59,7 +61,10 @@ export class GroupCommit<I, O> {
     const batch = this.#queue.splice(0, this.maxBatch);
     if (batch.length === 0) return;
     try {
-      const results = await this.commit(batch.map((b) => b.item));
+      const results = await this.commit(
+        batch.map((b) => b.item),
+        (batch[0] as { at: number }).at,
+      );
       batch.forEach((b, i) => b.resolve(results[i] as O));
     } catch (e) {
       if (batch.length === 1 || isReceiverError(e, 'unavailable')) {
@@ -68,7 +73,7 @@ export class GroupCommit<I, O> {
       }
       for (const b of batch) {
         try {
-          const [result] = await this.commit([b.item]);
+          const [result] = await this.commit([b.item], b.at);
           b.resolve(result as O);
         } catch (err) {
           b.reject(err);

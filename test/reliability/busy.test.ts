@@ -77,10 +77,11 @@ describe('reliability: a retry storm against a locked database', () => {
       expect(tally.acked.size).toBe(total);
       expect(lost).toEqual([]);
       expect(stored.size).toBe(total);
-      // Group commit keeps one batch in flight: a request may wait for the batch ahead of it
-      // to time out, then for its own: about twice busyTimeoutMs, never the whole hold.
+      // A request waits for the lock at most busyTimeoutMs from its arrival, counting the time
+      // it spent queued behind batches that were themselves waiting (then 503), never the hold.
+      // The margin: SQLite's busy handler sleeps up to 100 ms at a time, and HTTP.
       expect(unavailableMs.length).toBeGreaterThan(0);
-      expect(Math.max(...unavailableMs)).toBeLessThan(2 * busyTimeoutMs + 1000);
+      expect(Math.max(...unavailableMs)).toBeLessThan(busyTimeoutMs + 400);
       expect(integrity).toBe('ok');
       expect(serve.child.exitCode).toBe(0);
     },

@@ -94,6 +94,25 @@ describe('GroupCommit: batches in flight', () => {
     expect(drained).toBe(true);
   });
 
+  it('commit is told when the oldest item of its batch was submitted, not when the batch was posted', async () => {
+    const calls: { items: string[]; since: number; done: (o: string[]) => void }[] = [];
+    const group = new GroupCommit<string, string>((items, since) => new Promise((resolve) => calls.push({ items, since, done: resolve })));
+    const first = group.submit('a');
+    await nextTurn();
+    // 'b' waits on this side while the only batch in flight is pending.
+    const submittedB = Date.now();
+    const second = group.submit('b');
+    await new Promise((r) => setTimeout(r, 80));
+    calls[0]?.done(['A']);
+    await first;
+    while (calls.length < 2) await nextTurn();
+    calls[1]?.done(['B']);
+    expect(await second).toBe('B');
+    expect(calls[1]?.items).toEqual(['b']);
+    expect(calls[1]?.since).toBeGreaterThanOrEqual(submittedB);
+    expect(calls[1]?.since).toBeLessThan(submittedB + 40);
+  });
+
   it('the SQLite ingest worker decides duplicates across batches in flight together', async () => {
     const store = new SqliteStore(join(tmp.dir, 'inflight.db'), { busyTimeoutMs: 1000, ingestThread: true });
     await store.ready();

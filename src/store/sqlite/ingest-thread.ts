@@ -45,12 +45,13 @@ export class IngestThread {
     this.#worker.on('exit', (code) => die(`exit ${code}`));
   }
 
-  commit(items: NewEvent[]): Promise<IngestResult[]> {
+  /** `deadline` (Date.now() time): the worker waits for another process's write lock until then. */
+  commit(items: NewEvent[], deadline: number): Promise<IngestResult[]> {
     if (this.#dead !== undefined) return Promise.reject(this.#dead);
     const seq = ++this.#seq;
     return new Promise((resolve, reject) => {
       this.#pending.set(seq, { resolve, reject });
-      this.#worker.postMessage({ type: 'batch', seq, items } satisfies WorkerRequest);
+      this.#worker.postMessage({ type: 'batch', seq, items, deadline } satisfies WorkerRequest);
     });
   }
 

@@ -15,7 +15,7 @@ export interface WorkerInit {
   busyTimeoutMs: number;
 }
 
-export type WorkerRequest = { type: 'batch'; seq: number; items: NewEvent[] } | { type: 'close' };
+export type WorkerRequest = { type: 'batch'; seq: number; items: NewEvent[]; deadline: number } | { type: 'close' };
 export type WorkerReply =
   | { type: 'ready' }
   | { type: 'open-failed'; error: SerializedError }
@@ -48,6 +48,17 @@ if (parentPort !== null) {
     const db = openSqlite(init.path, { busyTimeoutMs: init.busyTimeoutMs });
     const statements = ingestStatements(db);
     const commit = db.transaction((items: NewEvent[]) => items.map((e) => ingestOne(statements, e)));
+    // SQLite's busy wait, shortened for a batch that already waited behind others, so that
+    // a request's whole wait for a lock stays within busyTimeoutMs. Changed only when it
+    // differs by more than 20 ms: a fresh batch keeps the configured value.
+    let busyMs = init.busyTimeoutMs;
+    const waitUntil = (deadline: number) => {
+      const want = Math.max(0, Math.min(init.busyTimeoutMs, deadline - Date.now()));
+      if (Math.abs(want - busyMs) > 20) {
+        db.pragma(`busy_timeout = ${want}`);
+        busyMs = want;
+      }
+    };
     port.on('message', (m: WorkerRequest) => {
       if (m.type === 'close') {
         db.close();
@@ -57,6 +68,7 @@ if (parentPort !== null) {
       }
       // Structured clone turns Buffers into Uint8Arrays; better-sqlite3 binds both as BLOBs.
       try {
+        waitUntil(m.deadline);
         const results = commit.immediate(m.items);
         port.postMessage({ type: 'batch', seq: m.seq, results } satisfies WorkerReply);
       } catch (e) {

@@ -59,11 +59,12 @@ export class GroupCommit<I, O> {
 
   async #flush(): Promise<void> {
     const batch = this.#queue.splice(0, this.maxBatch);
-    if (batch.length === 0) return;
+    const [oldest] = batch;
+    if (oldest === undefined) return;
     try {
       const results = await this.commit(
         batch.map((b) => b.item),
-        (batch[0] as { at: number }).at,
+        oldest.at,
       );
       batch.forEach((b, i) => b.resolve(results[i] as O));
     } catch (e) {

@@ -194,7 +194,6 @@ function loadWrk(port, connections, seconds, acked, clock) {
 async function load(port, connections, seconds, acked, clock) {
   if (LOAD === 'wrk') return loadWrk(port, connections, seconds, acked, clock);
   clock.start();
-  let peak = 0;
   const result = await autocannon({
     url: `http://127.0.0.1:${port}`,
     connections,
@@ -217,7 +216,7 @@ async function load(port, connections, seconds, acked, clock) {
     ],
   });
   clock.stop();
-  return { result, peak };
+  return { result };
 }
 
 async function measure(label, start, connections, { acked } = {}) {

@@ -140,9 +140,6 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
       const p = t === undefined ? undefined : checkTemplate(t);
       if (p !== undefined) problems.push(`${field}.${f}: ${p}`);
     }
-    if (route.effect.timeoutSeconds >= raw.drain.leaseSeconds) {
-      problems.push(`${field}.effect.timeoutSeconds: ${route.effect.timeoutSeconds}s must be shorter than drain.leaseSeconds (${raw.drain.leaseSeconds}s), or another process could take the event while it runs`);
-    }
   });
 
   let token: Secret | undefined;

@@ -77,12 +77,15 @@ export const configSchema = z.strictObject({
   drain: z
     .strictObject({
       enabled: z.boolean().default(true),
-      /** A claim is held this long; a crashed process's claims are retried after it. */
-      leaseSeconds: z.number().positive().default(300),
+      /**
+       * A claim's lease. A live drain renews it every third of the lease while it holds the
+       * claim (effects may run longer); a dead process's claims are retried once it expires.
+       */
+      leaseSeconds: z.number().positive().default(30),
       /** How often an idle drain looks for work written by another process (replay). */
       pollMs: z.number().int().positive().default(1000),
     })
-    .default({ enabled: true, leaseSeconds: 300, pollMs: 1000 }),
+    .default({ enabled: true, leaseSeconds: 30, pollMs: 1000 }),
   log: z
     .strictObject({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') })
     .default({ level: 'info' }),

@@ -318,6 +318,41 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await store.getEvent(id))!.leaseExpiresAt).toBe(T0 + LEASE + 5 + LEASE);
     });
 
+    it('claims a batch oldest first under one owner; the heartbeat renews what is still held; unstarted claims go back uncounted', async () => {
+      const ids: number[] = [];
+      for (const d of ['a', 'b', 'c', 'd']) ids.push((await store.ingest(event(d))).eventId);
+      const batch = await store.claimEvents('batch-1', T0, LEASE, 3);
+      expect(batch.map((e) => e.id)).toEqual(ids.slice(0, 3));
+      expect(batch.every((e) => e.lease.owner === 'batch-1' && e.attempt === 1)).toBe(true);
+      expect((await store.claimEvents('batch-2', T0, LEASE, 3)).map((e) => e.id)).toEqual([ids[3]]);
+      expect(await store.claimEvents('batch-3', T0, LEASE, 3)).toEqual([]);
+
+      // The heartbeat moves every held lease forward; one taken over meanwhile is left alone.
+      await o.exec(`UPDATE events SET lease_owner = 'thief' WHERE id = ${ids[2]}`);
+      await store.renewLeases(batch.map((e) => e.lease), T0 + 20 * SEC, LEASE);
+      expect((await store.getEvent(ids[0]!))!.leaseExpiresAt).toBe(T0 + 20 * SEC + LEASE);
+      expect((await store.getEvent(ids[1]!))!.leaseExpiresAt).toBe(T0 + 20 * SEC + LEASE);
+      expect((await store.getEvent(ids[2]!))!.leaseExpiresAt).toBe(T0 + LEASE);
+
+      // Stopping before b was started: b is pending again, its claim not counted; the thief's claim stays.
+      await store.releaseEvents(batch.slice(1).map((e) => e.lease));
+      expect(await store.getEvent(ids[1]!)).toMatchObject({ status: 'pending', attempts: 0, leaseOwner: null });
+      expect(await store.getEvent(ids[2]!)).toMatchObject({ status: 'processing', leaseOwner: 'thief' });
+      expect((await store.claimEvents('batch-4', T0 + 20 * SEC, LEASE, 8)).map((e) => [e.id, e.attempt])).toEqual([[ids[1], 1]]);
+    });
+
+    it("a dead process's claims are ended by owner prefix and claimed again at once; others' are not", async () => {
+      for (const d of ['a', 'b', 'c']) await store.ingest(event(d));
+      const [a, b] = await store.claimEvents('host:41:aa#1', T0, LEASE, 2);
+      const [c] = await store.claimEvents('host:4:bb#7', T0, LEASE, 1);
+      expect((await store.claimOwners()).sort()).toEqual(['host:41:aa#1', 'host:4:bb#7']);
+      expect(await store.expireClaims('host:4:bb#', T0 + SEC)).toBe(1);
+      const again = await store.claimEvents('new#1', T0 + SEC, LEASE, 8);
+      expect(again.map((e) => [e.id, e.attempt])).toEqual([[c!.id, 2]]);
+      expect(await store.getEvent(a!.id)).toMatchObject({ status: 'processing', leaseOwner: 'host:41:aa#1' });
+      expect(await store.getEvent(b!.id)).toMatchObject({ status: 'processing', leaseOwner: 'host:41:aa#1' });
+    });
+
     it('retry puts an event back until its time, bury makes it dead, complete makes it done', async () => {
       const first = await claimed('a');
       expect(await store.retryEvent(first.lease, 'boom', T0 + 30 * SEC)).toBe(true);
@@ -454,6 +489,20 @@ describe.each(backends)('$name store contract', (backend) => {
       expect(out2).toMatchObject({ action: 'skipped' });
       expect(ran).toBe(false);
       expect((await store.getEvent(e1.id))!.effects).toMatchObject([{ status: 'done', runs: 1 }]);
+    });
+
+    it("a failed module run leaves another run's running ledger row exactly as it was", async () => {
+      // Event a started an external run of the key, then its process stalled past the lease.
+      const e1 = await claimed('a');
+      const s1 = start('licence', 'cus_1');
+      expect(await store.beginEffect(e1.lease, e1.attempt, s1, T0, LEASE)).toMatchObject({ action: 'run' });
+      const e2 = await claimed('b', 'drain-b');
+      const out = await store.runTransactionalEffect(e2.lease, e2.attempt, start('licence', 'cus_1'), async () => {
+        throw new Error('card declined');
+      }, () => T0 + LEASE, LEASE);
+      expect(out).toMatchObject({ action: 'failed', error: 'card declined' });
+      const [row] = (await store.getEvent(e1.id))!.effects;
+      expect(row).toMatchObject({ status: 'running', eventId: e1.id, runs: 1, finishedAt: null, lastError: null });
     });
 
     it("rolls the handler's writes back when it throws, and records the failure", async () => {

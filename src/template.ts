@@ -77,9 +77,16 @@ export function matchesFilter(filter: Readonly<Record<string, string | number | 
 /** `invoice.*` style globs on event types; `*` matches any run of characters. */
 export function globMatch(glob: string, value: string): boolean {
   if (glob === '*') return true;
-  const re = new RegExp(`^${glob.split('*').map((s) => s.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`);
+  let re = globs.get(glob);
+  if (re === undefined) {
+    re = new RegExp(`^${glob.split('*').map((s) => s.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`);
+    globs.set(glob, re);
+  }
   return re.test(value);
 }
+
+/** Compiled globs: they come from the configuration, so the map stays as small as it is. */
+const globs = new Map<string, RegExp>();
 
 /** Parses a raw body for templates: JSON first, then form fields; undefined otherwise. */
 export function parseBody(raw: Buffer, contentType = ''): unknown {

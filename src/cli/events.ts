@@ -164,6 +164,8 @@ function describeEvent(e: ReturnType<typeof detailJson>): string {
     `  attempts:   ${e.attempts}${e.status === 'pending' ? `, next at ${e.nextAttemptAt}` : ''}${e.finishedAt === null ? '' : `, finished ${e.finishedAt}`}`,
   ];
   if (e.lastError !== null) out.push(`  last error: ${oneLine(e.lastError, 200)}`);
+  // Done without ever being claimed: stored done at ingest because no route applied to it.
+  if (e.status === 'done' && e.attempts === 0) out.push('  routes:     no route matched this event when it arrived (stored done; after adding a route, replay it)');
   out.push('headers:');
   if (e.headers === null) out.push('  (dropped by purge --bodies-days)');
   else for (const [k, v] of Object.entries(e.headers)) out.push(`  ${k}: ${v}`);

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Config } from '../config/load.js';
 import { effectEnvironment } from '../effects/exec.js';
+import { isReceiverError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { ClaimedEvent, DrainStore, Lease } from '../store/drain-types.js';
 import { processEvent, type AttemptOutcome, type EventOutcome, type ProcessContext } from './process.js';
@@ -148,8 +149,10 @@ export function startDrain(options: DrainOptions): Drain {
         }
         await runBatch(batch);
       } catch (e) {
-        // Claims not settled stay claimed and come back when their lease expires.
-        logger.error({ err: e }, 'drain step failed; retrying shortly');
+        // Claims not settled stay claimed and come back when their lease expires. A database
+        // that is unavailable for a while is one line per try, without a stack.
+        if (isReceiverError(e, 'unavailable')) logger.warn({ err: e.message }, 'drain: database unavailable; trying again in 1 s');
+        else logger.error({ err: e }, 'drain step failed; retrying shortly');
         await sleep(ERROR_PAUSE_MS);
       }
     }

@@ -5,6 +5,8 @@ import { sha256Hex } from '../providers/util.js';
 import type { IngestResult, IngestStore } from '../store/types.js';
 import { readRawRequest } from './body.js';
 import { SENSITIVE_HEADERS } from '../config/secret.js';
+import type { RouteConfig } from '../config/schema.js';
+import { anyRouteApplies } from '../effects/routes.js';
 
 
 const SENSITIVE_HEADER_SET = new Set(SENSITIVE_HEADERS);
@@ -37,6 +39,8 @@ export interface IngestHandlerOptions {
   onOutcome?: (o: DeliveryOutcome) => void;
   /** Called after a new event is committed (wakes the drain). */
   onAccepted?: (r: IngestResult) => void;
+  /** The configured routes: an event none of them applies to is stored done. Absent: every event waits for the drain. */
+  routes?: readonly RouteConfig[] | undefined;
 }
 
 const OUTCOME_BY_KIND: Partial<Record<ReceiverError['kind'], DeliveryOutcome['outcome']>> = {
@@ -60,7 +64,7 @@ function claimedDeliveryId(delivery: Delivery, source: ResolvedSource): string |
   }
 }
 
-export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, onOutcome, onAccepted }: IngestHandlerOptions) {
+export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, onOutcome, onAccepted, routes }: IngestHandlerOptions) {
   return async function ingest(c: Context): Promise<Response> {
     const started = performance.now();
     const name = c.req.param('source') ?? '';
@@ -81,11 +85,14 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
       }
       const identity = source.provider.identify(delivery, source);
       deliveryId = identity.deliveryId;
+      const headers = redactHeaders(delivery.headers, source);
+      const routed = routes === undefined || anyRouteApplies(routes, { source: name, eventType: identity.eventType, headers, body: delivery.raw });
       const result = await store.ingest({
         source: name,
         deliveryId: identity.deliveryId,
         eventType: identity.eventType,
-        headers: redactHeaders(delivery.headers, source),
+        headers,
+        routed,
         body: delivery.raw,
         bodySha256: identity.contentHash ?? sha256Hex(delivery.raw),
         extraIds: identity.extra,
@@ -94,7 +101,7 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
         onConflict: source.options.onConflict,
       });
       report({ outcome: result.outcome, status: result.status, eventId: result.eventId, deliveryId, eventType: identity.eventType });
-      if (result.outcome === 'accepted') onAccepted?.(result);
+      if (result.outcome === 'accepted' && routed) onAccepted?.(result);
       return c.body(result.body, result.status as 202, { 'content-type': 'application/json' });
     } catch (e) {
       const kind = e instanceof ReceiverError ? e.kind : 'runtime';

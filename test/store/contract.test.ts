@@ -258,6 +258,14 @@ describe.each(backends)('$name store contract', (backend) => {
       await expect(s.ingest(event('late'))).rejects.toSatisfy((e) => isReceiverError(e, 'unavailable'));
     });
 
+    it('an event no route applies to is stored done on arrival and never claimed', async () => {
+      const r = await store.ingest(event('unrouted', undefined, { routed: false }));
+      expect(r.outcome).toBe('accepted');
+      expect(await store.getEvent(r.eventId)).toMatchObject({ status: 'done', attempts: 0, finishedAt: T0 });
+      expect(await store.claimEvents('d', T0, LEASE, 8)).toEqual([]);
+      expect((await store.ingest(event('unrouted', undefined, { routed: false }))).body).toBe(r.body);
+    });
+
     it('close() finishes deliveries already submitted before it closes', async () => {
       const s = await o.another();
       const pending = [s.ingest(event('x-1')), s.ingest(event('x-2'))];

@@ -1,12 +1,15 @@
 import { z } from 'zod';
 
 /**
- * The configuration file's shape (see CONTRACT.md). Every object is strict: an unknown
+ * The configuration file's shape (the README's Configuration section). Every object is strict: an unknown
  * field is an error naming it, because a typo such as "secrests" must not silently
  * leave a source unverified.
  */
 
 const secretRef = z.string().min(1, 'must not be empty');
+
+/** Effects POST and Twilio signs over http(s) only: `file:///...` would be a network error retried forever. */
+const httpUrl = () => z.url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' });
 
 export const sourceSchema = z.strictObject({
   provider: z.string().min(1),
@@ -29,7 +32,7 @@ export const sourceSchema = z.strictObject({
   /** Standard Webhooks: `base64` (the spec, Svix) or `utf8` (Polar's SDK uses the whole secret). */
   secretEncoding: z.enum(['base64', 'utf8']).optional(),
   /** Twilio signs the public URL it called; behind a proxy that is not the URL we see. */
-  publicUrl: z.url().optional(),
+  publicUrl: httpUrl().optional(),
 });
 
 const effectSchema = z
@@ -37,7 +40,7 @@ const effectSchema = z
     exec: z.array(z.string().min(1)).min(1).optional(),
     http: z
       .strictObject({
-        url: z.url(),
+        url: httpUrl(),
         headers: z.record(z.string(), z.string()).optional(),
       })
       .optional(),

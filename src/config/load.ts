@@ -4,6 +4,7 @@ import type { z } from 'zod';
 import { configError, ReceiverError } from '../errors.js';
 import { providerNames, providers } from '../providers/registry.js';
 import { PROVIDER_FIELDS, type Provider, type ResolvedSource } from '../providers/types.js';
+import { HEADERS_SET_BY_RECEIVER } from '../effects/http.js';
 import { checkTemplate } from '../template.js';
 import { configSchema, type RawConfig, type RouteConfig, type SourceConfig } from './schema.js';
 import { resolveSecret, type Secret } from './secret.js';
@@ -94,6 +95,29 @@ function unusedFields(field: string, options: SourceConfig, provider: Provider):
     for (const f of ['secret', 'secrets'] as const) {
       if (options[f] !== undefined) problems.push(`${field}.${f}: provider "${provider.name}" verifies nothing, so no secret is checked (remove it, or choose the sender's provider)`);
     }
+  }
+  return problems;
+}
+
+/** An HTTP header name (RFC 9110 token) and a value fetch will send (no line breaks, NUL or characters past U+00FF). */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+const HEADER_VALUE = /^[\t\u0020-\u007e\u0080-\u00ff]*$/;
+
+/**
+ * An http effect's configured headers, checked now: fetch refuses a bad one on every
+ * request, which would retry each event as a network error until it is dead; and a
+ * header receiver sets itself would be overwritten without a word.
+ */
+function httpHeaderProblems(field: string, headers: Readonly<Record<string, string>>): string[] {
+  const problems: string[] = [];
+  const seen = new Set<string>();
+  for (const [name, value] of Object.entries(headers)) {
+    const lower = name.toLowerCase();
+    if (!HEADER_NAME.test(name)) problems.push(`${field}.${name}: is not a valid HTTP header name (letters, digits and !#$%&'*+.^_\`|~- only)`);
+    else if (HEADERS_SET_BY_RECEIVER.includes(lower)) problems.push(`${field}.${name}: receiver sets this header on every request, so this value would be ignored (remove it)`);
+    else if (seen.has(lower)) problems.push(`${field}.${name}: set twice (header names are case-insensitive)`);
+    if (!HEADER_VALUE.test(value)) problems.push(`${field}.${name}: the value holds a line break, a control character or a character past U+00FF, which HTTP cannot send`);
+    seen.add(lower);
   }
   return problems;
 }
@@ -189,6 +213,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
       const p = t === undefined ? undefined : checkTemplate(t);
       if (p !== undefined) problems.push(`${field}.${f}: ${p}`);
     }
+    problems.push(...httpHeaderProblems(`${field}.effect.http.headers`, route.effect.http?.headers ?? {}));
     if (route.effect.timeoutSeconds >= raw.drain.leaseSeconds) {
       problems.push(`${field}.effect.timeoutSeconds: ${route.effect.timeoutSeconds}s must be shorter than drain.leaseSeconds (${raw.drain.leaseSeconds}s), or another process could take the event while it runs`);
     }

@@ -70,6 +70,11 @@ const BAD: [string, Record<string, unknown>, RegExp][] = [
   ['a route to a source "constructor" that does not exist', { routes: [route({ source: 'constructor' })] }, /routes\.0\.source: no source named "constructor"/],
   // URLs that are not http(s).
   ['an http effect to a file: URL', { routes: [route({ effect: { http: { url: 'file:///etc/passwd' } } })] }, /routes\.0\.effect\.http\.url: must be an http:\/\/ or https:\/\/ URL/],
+  // An http effect's headers: what fetch would refuse on every request, or what receiver overwrites.
+  ['an http effect header value with a line break', { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { 'X-Token': 'a\r\nX-Injected: 1' } } } })] }, /routes\.0\.effect\.http\.headers\.X-Token: the value holds a line break/],
+  ['an http effect header name with a space', { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { 'X Token': 'a' } } } })] }, /routes\.0\.effect\.http\.headers\.X Token: is not a valid HTTP header name/],
+  ['an http effect header receiver sets itself', { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { 'Idempotency-Key': 'mine' } } } })] }, /routes\.0\.effect\.http\.headers\.Idempotency-Key: receiver sets this header on every request/],
+  ['an http effect header set twice', { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { 'X-A': '1', 'x-a': '2' } } } })] }, /routes\.0\.effect\.http\.headers\.x-a: set twice/],
   ['a Twilio publicUrl that is not http(s)', { sources: { tw: { provider: 'twilio', secret: 'x', publicUrl: 'ftp://example.com/hook' } } }, /sources\.tw\.publicUrl: must be an http:\/\/ or https:\/\/ URL/],
 ];
 
@@ -103,7 +108,7 @@ describe('secrets give usable key bytes; no field is silently ignored', () => {
           tw: { provider: 'twilio', secret: 'x', publicUrl: 'https://example.com/hook' },
           n: { provider: 'none', deliveryId: '{body.id}' },
         },
-        routes: [route({ effect: { http: { url: 'https://example.com/hooks' } } })],
+        routes: [route({ effect: { http: { url: 'https://example.com/hooks', headers: { Authorization: 'Bearer app-token', 'X-Tenant': 'shop één' } } } })],
       },
       'c.json',
       {},

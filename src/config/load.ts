@@ -6,7 +6,7 @@ import { providerNames, providers } from '../providers/registry.js';
 import { PROVIDER_FIELDS, type Provider, type ResolvedSource } from '../providers/types.js';
 import { HEADERS_SET_BY_RECEIVER } from '../effects/http.js';
 import { checkTemplate } from '../template.js';
-import { configSchema, type RawConfig, type RouteConfig, type SourceConfig } from './schema.js';
+import { configSchema, HEADER_NAME, type RawConfig, type RouteConfig, type SourceConfig } from './schema.js';
 import { resolveSecret, type Secret } from './secret.js';
 
 export interface Config extends Omit<RawConfig, 'sources' | 'metrics'> {
@@ -99,8 +99,7 @@ function unusedFields(field: string, options: SourceConfig, provider: Provider):
   return problems;
 }
 
-/** An HTTP header name (RFC 9110 token) and a value fetch will send (no line breaks, NUL or characters past U+00FF). */
-const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** A header value fetch will send: no line breaks, NUL or characters past U+00FF. */
 const HEADER_VALUE = /^[\t\u0020-\u007e\u0080-\u00ff]*$/;
 
 /**

@@ -8,6 +8,10 @@ import { z } from 'zod';
 
 const secretRef = z.string().min(1, 'must not be empty');
 
+/** An HTTP header name (an RFC 9110 token): a name no request can carry would refuse every delivery. */
+export const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+const headerName = () => z.string().regex(HEADER_NAME, 'is not a valid HTTP header name');
+
 /** Effects POST and Twilio signs over http(s) only: `file:///...` would be a network error retried forever. */
 const httpUrl = () => z.url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' });
 
@@ -22,10 +26,10 @@ export const sourceSchema = z.strictObject({
   successStatus: z.number().int().min(200).max(299).optional(),
   retryHorizonHours: z.number().positive().optional(),
   // Generic HMAC (`hmac-sha256`) and the template-driven providers.
-  header: z.string().min(1).optional(),
+  header: headerName().optional(),
   prefix: z.string().optional(),
   encoding: z.enum(['hex', 'base64']).optional(),
-  timestampHeader: z.string().min(1).optional(),
+  timestampHeader: headerName().optional(),
   signedPayload: z.string().min(1).optional(),
   deliveryId: z.string().min(1).optional(),
   eventType: z.string().min(1).optional(),

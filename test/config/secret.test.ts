@@ -54,6 +54,7 @@ const BAD: [string, Record<string, unknown>, RegExp][] = [
     /sources\.g\.timestampHeader: the timestamp is checked for freshness but signedPayload does not sign it/,
   ],
   ['a generic source with toleranceSeconds and no timestamp', { sources: { g: { provider: 'hmac-sha256', header: 'X-Sig', secret: 'k', toleranceSeconds: 60 } } }, /sources\.g\.toleranceSeconds: there is no timestamp to check/],
+  ['a generic source whose signature header no request can carry', { sources: { g: { provider: 'hmac-sha256', header: 'X Signature', secret: 'k' } } }, /sources\.g\.header: is not a valid HTTP header name/],
   // Fields another provider reads, set where they would be silently ignored.
   ['"header" on stripe', { sources: { st: { provider: 'stripe', secret: 'whsec_x', header: 'X-Other' } } }, /sources\.st\.header: provider "stripe" does not use this field.*read by hmac-sha256/],
   ['"encoding" and "signedPayload" on github', { sources: { gh: { provider: 'github', secret: 'x', encoding: 'base64', signedPayload: '{body}' } } }, /sources\.gh\.encoding: provider "github" does not use this field(.|\n)*sources\.gh\.signedPayload: /],

@@ -56,9 +56,18 @@ const OUTCOME_BY_KIND: Partial<Record<ReceiverError['kind'], DeliveryOutcome['ou
  * the exact raw bytes, delivery id, durable insert, answer. The answer is sent only
  * after the store has committed the row.
  */
+/**
+ * Text a sender chose, put in a log line or an error answer for a refused delivery (a
+ * claimed delivery id, the name of an unknown source): cut to its first 200 characters,
+ * so one request cannot write a 15,000-character log line.
+ */
+export function cutForLog(text: string): string {
+  return text.slice(0, 200);
+}
+
 function claimedDeliveryId(delivery: Delivery, source: ResolvedSource): string | undefined {
   try {
-    return source.provider.identify(delivery, source).deliveryId.slice(0, 200);
+    return cutForLog(source.provider.identify(delivery, source).deliveryId);
   } catch {
     return undefined;
   }
@@ -68,13 +77,15 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
   return async function ingest(c: Context): Promise<Response> {
     const started = performance.now();
     const name = c.req.param('source') ?? '';
-    const report = (o: Omit<DeliveryOutcome, 'durationMs' | 'source'>) =>
-      onOutcome?.({ source: name, durationMs: performance.now() - started, ...o });
     const source = sources.get(name);
+    // A configured name is ours; an unknown one is whatever the request said.
+    const logged = source === undefined ? cutForLog(name) : name;
+    const report = (o: Omit<DeliveryOutcome, 'durationMs' | 'source'>) =>
+      onOutcome?.({ source: logged, durationMs: performance.now() - started, ...o });
     let delivery: Delivery | undefined;
     let deliveryId: string | undefined;
     try {
-      if (source === undefined) throw new ReceiverError('not_found', `no source named "${name}"`);
+      if (source === undefined) throw new ReceiverError('not_found', `no source named "${logged}"`);
       const request = await readRawRequest(c, maxBodyBytes);
       delivery = { raw: request.raw, headers: request.headers, url: request.url, now: now() };
       source.provider.verify(delivery, source);

@@ -207,6 +207,23 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await store.stats(T0)).conflicts).toBe(2);
     });
 
+    it('stores a differing body once per event and counts its repeats, sequential or in one batch', async () => {
+      const first = await store.ingest(event('d-1', '{"a":1}'));
+      // A sender repeating one conflicting delivery: every repeat is still answered 409.
+      for (let i = 1; i <= 3; i++) expect((await store.ingest(event('d-1', '{"a":2}', { receivedAt: T0 + i * SEC }))).status).toBe(409);
+      const batch = await Promise.all([event('d-1', '{"a":2}'), event('d-1', '{"a":3}'), event('d-1', '{"a":2}')].map((e) => store.ingest({ ...e, receivedAt: T0 + 9 * SEC })));
+      expect(batch.map((r) => r.outcome)).toEqual(['conflict', 'conflict', 'conflict']);
+      const shown = await store.getEvent(first.eventId);
+      expect(shown!.conflicts.map((c) => ({ receivedAt: c.receivedAt, repeats: c.repeats }))).toEqual([
+        { receivedAt: T0 + SEC, repeats: 4 },
+        { receivedAt: T0 + 9 * SEC, repeats: 0 },
+      ]);
+      const rows = await o.rows<{ n: number; bodies: number }>(`SELECT count(*) AS n, count(DISTINCT body) AS bodies FROM conflicts`);
+      expect(rows.map((r) => [Number(r.n), Number(r.bodies)])).toEqual([[2, 2]]);
+      // stats counts conflicting deliveries, repeats included.
+      expect((await store.stats(T0)).conflicts).toBe(6);
+    });
+
     it('decides one batch in arrival order: the first delivery of an id wins, later ones are duplicates or conflicts of it', async () => {
       // Submitted in one event-loop turn: one group-commit batch.
       const results = await Promise.all([

@@ -98,13 +98,26 @@ async function answerExisting(conn: Conn, items: readonly NewEvent[], rest: numb
         [...duplicates.values()],
       ]);
     }
-    for (const chunk of chunks(conflicts, (c) => c.event)) {
+    // One row per differing body of an event, its repeats counted. Repeats within this
+    // batch are folded first: one statement may not update the same row twice.
+    const bodies = new Map<string, { row: ExistingRow; event: NewEvent; repeats: number }>();
+    for (const { row, event } of conflicts) {
+      const key = `${row.id}\u0000${event.bodySha256}`;
+      const seen = bodies.get(key);
+      if (seen === undefined) bodies.set(key, { row, event, repeats: 0 });
+      else seen.repeats += 1;
+    }
+    for (const chunk of chunks([...bodies.values()], (c) => c.event)) {
       const params: unknown[] = [];
-      const values = chunk.map(({ row, event: e }) => {
-        const n = params.push(row.id, e.source, e.deliveryId, e.receivedAt, e.bodySha256, JSON.stringify(e.headers), e.body);
-        return `($${n - 6}, $${n - 5}, $${n - 4}, $${n - 3}, $${n - 2}, $${n - 1}, $${n})`;
+      const values = chunk.map(({ row, event: e, repeats }) => {
+        const n = params.push(row.id, e.source, e.deliveryId, e.receivedAt, e.bodySha256, JSON.stringify(e.headers), e.body, repeats);
+        return `($${n - 7}, $${n - 6}, $${n - 5}, $${n - 4}, $${n - 3}, $${n - 2}, $${n - 1}, $${n})`;
       });
-      await client.query(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES ${values.join(', ')}`, params);
+      await client.query(
+        `INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body, repeats) VALUES ${values.join(', ')}
+         ON CONFLICT (event_id, body_sha256) DO UPDATE SET repeats = conflicts.repeats + excluded.repeats + 1`,
+        params,
+      );
     }
   });
 }

@@ -21,7 +21,9 @@ export function ingestStatements(db: Db) {
     setAnswer: db.prepare(`UPDATE events SET response_body = ? WHERE id = ?`),
     existing: db.prepare(`SELECT id, body_sha256, response_status, response_body FROM events WHERE source = ? AND delivery_id = ?`),
     countDuplicate: db.prepare(`UPDATE events SET duplicates = duplicates + 1 WHERE id = ?`),
-    recordConflict: db.prepare(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+    // One row per differing body of an event: a repeat of it is counted, its body not stored again.
+    recordConflict: db.prepare(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?)
+      ON CONFLICT (event_id, body_sha256) DO UPDATE SET repeats = repeats + 1`),
   };
 }
 

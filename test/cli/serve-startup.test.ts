@@ -5,6 +5,7 @@ import { createServer, type Server } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startupWarnings } from '../../src/cli/serve.js';
+import { assertWritable } from '../../src/store/sqlite/open.js';
 import { IngestThread } from '../../src/store/sqlite/ingest-thread.js';
 import { BIN, makeConfig, post, REPO, runCli, startServe, tempDir, writeConfig, type CliResult } from '../helpers.js';
 import { insertEvent, seedDb } from '../store/ops-seed.js';
@@ -220,6 +221,28 @@ describe('receiver serve: start-up failures are Error/Try, exit 1, and leave not
     expect(r.stderr).toContain(`Error: cannot read configuration file ${tmp.dir}/nope.json (ENOENT)`);
     expect(r.stderr).toMatch(/^Try: /m);
     expect(r.stderr).not.toMatch(STACK);
+  });
+
+  it('the write probe after opening refuses what the permission bits do not show (a connection SQLite opened read-only)', () => {
+    const d = dir();
+    seedDb(`${d}/receiver.db`).close();
+    const ro = new Database(`${d}/receiver.db`, { readonly: true });
+    try {
+      expect(() => assertWritable(ro, `${d}/receiver.db`)).toThrow(/^database .*receiver\.db cannot be written by \S+: attempt to write a readonly database \(SQLITE_READONLY\)$/);
+    } finally {
+      ro.close();
+    }
+    // Another process holding the write lock is not a read-only database.
+    const writer = new Database(`${d}/receiver.db`);
+    const rw = new Database(`${d}/receiver.db`, { timeout: 0 });
+    writer.exec('BEGIN IMMEDIATE');
+    try {
+      expect(() => assertWritable(rw, `${d}/receiver.db`)).not.toThrow();
+    } finally {
+      writer.exec('ROLLBACK');
+      writer.close();
+      rw.close();
+    }
   });
 
   it('the ingest worker failing to open the database rejects ready (no half-started serve)', async () => {

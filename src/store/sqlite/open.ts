@@ -86,6 +86,12 @@ function openError(path: string, e: unknown): ReceiverError {
     });
   }
   if (code.startsWith('SQLITE_READONLY')) return readOnlyError(path, message, e);
+  if (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED')) {
+    return new ReceiverError('runtime', `cannot open database ${path}: another process holds its write lock (${code})`, {
+      hint: 'try again in a moment; if it persists, look for a long-running command on the same file',
+      cause: e,
+    });
+  }
   return new ReceiverError('runtime', `cannot open database ${path}: ${message}${code === '' ? '' : ` (${code})`}`, {
     hint: `check that ${path} is a database file (not a directory) and that ${processUser()} can read and write it and its directory`,
     cause: e,
@@ -127,14 +133,21 @@ export function assertWritableFiles(path: string): void {
 }
 
 /**
- * `serve` only, after opening: begins a write transaction and rolls it back, for what the
+ * `serve` only, after opening: writes inside a transaction and rolls it back, for what the
  * permission bits do not show (a read-only mount, a file SQLite opened read-only anyway).
+ * BEGIN IMMEDIATE alone succeeds on a read-only connection: only a write is refused.
  */
 export function assertWritable(db: Db, path: string): void {
   if (path === ':memory:') return;
   try {
     db.exec('BEGIN IMMEDIATE');
-    db.exec('ROLLBACK');
+    try {
+      // Rewrites the header field with its own value: a real page write, never committed.
+      const version = db.pragma('user_version', { simple: true }) as number;
+      db.pragma(`user_version = ${version}`);
+    } finally {
+      if (db.inTransaction) db.exec('ROLLBACK');
+    }
   } catch (e) {
     const code = String((e as { code?: unknown }).code ?? '');
     // Another process writing right now: the file is writable, the lock is just taken.

@@ -308,20 +308,23 @@ const backlogOf = (m) => (m['receiver_events{status="pending"}'] ?? 0) + (m['rec
 
 /**
  * Polls GET /metrics every 50 ms until no event is pending or processing, for at most
- * DRAIN_WAIT_S from `since` (performance.now() when the load stopped). Returns the backlog
- * at the first poll and the seconds from `since` until it was empty (null: not within the bound).
+ * DRAIN_WAIT_S from `since` (performance.now() when the load stopped); `first` is the scrape
+ * taken right after the load and when its answer came. Returns the backlog that scrape saw
+ * and when, and the seconds from `since` until an answer said the backlog was empty (null: not
+ * within the bound). An answer may wait while the drain holds the event loop: the times are
+ * when the bench could see it.
  */
-async function waitDrained(port, since) {
-  let first;
+async function waitDrained(port, since, first) {
+  const atFirst = { left: backlogOf(first.m), seconds: (first.at - since) / 1000 };
+  let m = first.m;
   for (;;) {
-    const m = await scrape(port);
-    if (m.receiver_database_up === 0) throw new Error('receiver_database_up is 0: the queue gauges cannot be read');
     const left = backlogOf(m);
-    first ??= left;
     const seconds = (performance.now() - since) / 1000;
-    if (left === 0) return { atStop: first, seconds, left };
-    if (seconds >= DRAIN_WAIT_S) return { atStop: first, seconds: null, left };
+    if (left === 0) return { atFirst, seconds, left };
+    if (seconds >= DRAIN_WAIT_S) return { atFirst, seconds: null, left };
     await sleep(50);
+    m = await scrape(port);
+    if (m.receiver_database_up === 0) throw new Error('receiver_database_up is 0: the queue gauges cannot be read');
   }
 }
 
@@ -358,8 +361,9 @@ async function measure(label, start, connections, { acked, drained = false } = {
   const m0 = await scrape(port);
   const { result } = await load(port, connections, SECONDS, acked, clock);
   const m1 = await scrape(port);
+  const m1At = performance.now();
   const cpu = before === undefined || cpuAfter === undefined ? undefined : cpuBreakdown(child.pid, before, cpuAfter, result.requests.total, t1 - t0);
-  const backlog = drained ? await waitDrained(port, t1) : undefined;
+  const backlog = drained ? await waitDrained(port, t1, { m: m1, at: m1At }) : undefined;
   clearInterval(sampler);
   await stop(child);
   const non2xx = result.non2xx;
@@ -461,7 +465,7 @@ function fmt(r) {
   if (r.backlog !== undefined) {
     const b = r.backlog;
     const drained = b.seconds === null ? `not drained within ${DRAIN_WAIT_S} s (${b.left} left)` : `drained ${b.seconds.toFixed(2)} s after the load stopped`;
-    lines.push(`${' '.repeat(30)}backlog: ${r.backlogBefore} events pending or processing when the measured load started, ${b.atStop} when it stopped; ${drained}`);
+    lines.push(`${' '.repeat(30)}backlog (pending + processing): ${r.backlogBefore} when the measured load started, ${b.atFirst.left} at the first /metrics answer after it (${b.atFirst.seconds.toFixed(2)} s after it stopped); ${drained}`);
   }
   return lines.join('\n');
 }
@@ -521,15 +525,17 @@ async function probeLatency() {
       if (wait > 0) await sleep(wait);
       answers.push(post(probe));
     }
-    const all = await Promise.all(answers);
-    return { all, seconds: (performance.now() - t0) / 1000 };
+    // The sending rate: from the first send to the last.
+    const sendSeconds = ((performance.now() - t0) / 1000) * (count / Math.max(1, count - 1));
+    return { all: await Promise.all(answers), seconds: sendSeconds };
   };
   try {
     await paced(1, false);
     rmSync(PROBE_FILE, { force: true });
     const { all, seconds } = await paced(RATE_SECONDS, true);
     // The module appends before its event is marked done: every line is in once nothing is left.
-    const drained = await waitDrained(port, performance.now());
+    const since = performance.now();
+    const drained = await waitDrained(port, since, { m: await scrape(port), at: performance.now() });
     const effects = (existsSync(PROBE_FILE) ? readFileSync(PROBE_FILE, 'utf8') : '').split('\n').filter(Boolean).map(Number).sort((x, y) => x - y);
     const http2xx = all.filter((a) => a.status >= 200 && a.status < 300).length;
     const answerMs = all.map((a) => a.ms).sort((x, y) => x - y);

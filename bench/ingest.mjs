@@ -29,9 +29,12 @@
 // server's from the same histogram in bench/bare-server.mjs. The figure printed is the p99 minus
 // the 10 ms sampling interval: how late a timer fired, 0 for an idle loop.
 //
-// For the drain-on receiver it also prints the backlog left when the load stops (pending and
-// processing events, from the queue gauges of GET /metrics) and the time until it is drained
-// (polled every 50 ms, at most --drain-wait seconds, else "not drained within N s"). Then a
+// For the drain-on receiver it also prints the backlog (pending and processing events, from
+// the queue gauges of GET /metrics) when the measured load starts and at the first /metrics
+// answer after it stops, and the time from the load's stop until an answer says it is empty
+// (polled every 50 ms, at most --drain-wait seconds, else "not drained within N s"). A drain
+// that holds the event loop delays those answers: the times are when the bench could see
+// them, and the event-loop delay figure then also covers that tail. Then a
 // fresh drain-on receiver gets a light steady load (--rate deliveries/s for --rate-seconds,
 // after 1 s of warm-up at the same rate) and the bench prints receipt-to-effect latency
 // p50/p99: the module effect appends `Date.now() - event.receivedAt` for each of these

@@ -51,11 +51,20 @@ export function createPool(url: string, options: PostgresOpenOptions): Pool {
     options: '-c synchronous_commit=on',
     types,
   });
-  // An idle connection dropped by the server (restart, 57P01) must not crash the process;
-  // the pool discards it and the next query opens a new one.
-  pool.on('error', () => {});
+  // pg emits 'error' on a client whose connection drops while no query of ours is waiting
+  // on it (the server terminated it, restarted, or the network went), and an 'error' with
+  // no listener is an uncaught exception: the process would end. So every connection has
+  // a listener from the moment it is made, idle or checked out (the pool's own listener
+  // covers idle ones only). The broken client is no longer queryable: its next query fails
+  // as a value (503 for ingest, a failed step for the drain), and release() discards it.
+  pool.on('connect', (client) => client.on('error', ignoreConnectionError));
+  // An idle connection dropped by the server: the pool discards it and the next query opens a new one.
+  pool.on('error', ignoreConnectionError);
   return pool;
 }
+
+/** The work on a dropped connection fails by itself (see createPool); nothing more to do here. */
+function ignoreConnectionError(): void {}
 
 /**
  * Opens a pool on `url`, refusing a database written by a newer receiver before anything

@@ -1,0 +1,85 @@
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { startServe, tempDir, waitFor, writeConfig, type ServeProcess } from '../helpers.js';
+import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
+import { delivery, logLines, post, sendLoad, shopSource, terminateReceiverConnections, waitAllDone } from './postgres-faults-helpers.js';
+
+/**
+ * `serve` on PostgreSQL while the server drops its connections (pg_terminate_backend, as
+ * a server restart or idle_in_transaction_session_timeout would): the process stays up,
+ * the work a dropped connection carried fails as a value and is retried, and no
+ * acknowledged delivery is lost or stored twice, no effect run twice.
+ */
+
+const pgOk = await postgresAvailable();
+if (!pgOk) {
+  describe.skip('PostgreSQL faults (PostgreSQL not reachable; see the notice above)', () => {
+    it('runs against PostgreSQL', () => {});
+  });
+}
+
+/** A module effect writing into its own table through ctx.db; waits first when the delivery asks it to. */
+const MODULE = `
+export default async function (event, ctx) {
+  const wait = ctx.attempt === 1 ? (event.json.waitMs ?? 0) : 0;
+  if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+  await ctx.db.run('INSERT INTO applied (key, event_id, attempt) VALUES ($1, $2, $3)', [ctx.key, event.id, ctx.attempt]);
+}`;
+
+describe.runIf(pgOk)('serve on PostgreSQL when connections are dropped', () => {
+  let tmp: ReturnType<typeof tempDir>;
+  let db: TestDatabase;
+  let serve: ServeProcess | undefined;
+
+  beforeEach(async () => {
+    tmp = tempDir('receiver-pg-faults-');
+    db = await createTestDatabase();
+    // No primary key: a repeated effect shows up as a second row.
+    await db.query('CREATE TABLE applied (key text NOT NULL, event_id bigint NOT NULL, attempt integer NOT NULL)');
+    writeFileSync(join(tmp.dir, 'licence.mjs'), MODULE);
+  });
+  afterEach(async () => {
+    await serve?.stop('SIGKILL');
+    serve = undefined;
+    await db?.drop();
+    tmp?.cleanup();
+  });
+
+  const config = (extra: Record<string, unknown> = {}) =>
+    writeConfig(tmp.dir, {
+      database: db.url,
+      busyTimeoutMs: 2000,
+      sources: { shop: shopSource },
+      retry: { maxAttempts: 20, baseSeconds: 0.2, maxSeconds: 1 },
+      drain: { leaseSeconds: 10, pollMs: 100 },
+      routes: [{ name: 'licence', source: 'shop', key: '{body.key}', effect: { module: './licence.mjs', timeoutSeconds: 8 } }],
+      ...extra,
+    });
+
+  it('a module effect whose connection is terminated while it waits in its transaction: serve stays up, the event is retried and done, applied once', async () => {
+    serve = await startServe(config());
+    const res = await post(serve.url, delivery('o1', { waitMs: 3000 }));
+    expect(res.status).toBe(202);
+
+    // The handler is waiting inside its transaction: its connection is idle in transaction.
+    const until = Date.now() + 5000;
+    let terminated = 0;
+    while (terminated === 0 && Date.now() < until) {
+      terminated = await terminateReceiverConnections(db, 'idle in transaction');
+      if (terminated === 0) await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(terminated).toBe(1);
+
+    await waitAllDone(db, 15_000, serve);
+    expect(serve.child.exitCode).toBeNull();
+    expect(await db.query('SELECT key, attempt FROM applied')).toEqual([{ key: 'o1', attempt: 2 }]);
+    expect(await db.query(`SELECT status, runs FROM effects`)).toEqual([{ status: 'done', runs: 1 }]);
+    const attempts = await db.query<{ outcome: string }>('SELECT outcome FROM attempts ORDER BY id');
+    // The dropped connection failed the attempt as a value; the drain retried it after backoff.
+    expect(attempts.map((a) => a.outcome)).toEqual(['failed', 'ok']);
+    const lines = logLines(serve.output().stderr);
+    expect(lines.filter((l) => l.level === 'fatal')).toEqual([]);
+    expect(await serve.stop('SIGTERM')).toBe(0);
+  });
+});

@@ -65,24 +65,25 @@ export async function startProxy(url: string): Promise<TcpProxy> {
     upstream.pipe(client);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const cutAll = () => {
+    cut = true;
+    for (const [client, upstream] of [...pairs]) {
+      client.resetAndDestroy();
+      upstream.destroy();
+    }
+    pairs.clear();
+  };
   return {
     port: (server.address() as AddressInfo).port,
     get open() {
       return pairs.size;
     },
-    cut() {
-      cut = true;
-      for (const [client, upstream] of [...pairs]) {
-        client.resetAndDestroy();
-        upstream.destroy();
-      }
-      pairs.clear();
-    },
+    cut: cutAll,
     restore() {
       cut = false;
     },
     async close() {
-      this.cut();
+      cutAll();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };

@@ -1,4 +1,6 @@
 import { createHmac } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { expect } from 'vitest';
 import { createServer, connect, type AddressInfo, type Socket } from 'node:net';
 import type { ServeProcess } from '../helpers.js';
 import type { TestDatabase } from '../postgres-helpers.js';
@@ -97,12 +99,16 @@ export function viaProxy(db: TestDatabase, proxy: TcpProxy): string {
   return u.toString();
 }
 
-/** Terminates every connection `serve` holds on the database (application_name receiver); returns how many. */
-export async function terminateReceiverConnections(db: TestDatabase, state?: string): Promise<number> {
+/**
+ * Terminates every connection `serve` holds on the database (application_name receiver),
+ * or only those in `state` for at least `forMs`; returns how many.
+ */
+export async function terminateReceiverConnections(db: TestDatabase, state?: string, forMs = 0): Promise<number> {
   const rows = await db.query<{ n: number }>(
     `SELECT count(pg_terminate_backend(pid))::bigint AS n FROM pg_stat_activity
-     WHERE datname = $1 AND application_name = 'receiver' AND ($2::text IS NULL OR state = $2)`,
-    [db.name, state ?? null],
+     WHERE datname = $1 AND application_name = 'receiver' AND ($2::text IS NULL OR state = $2)
+       AND state_change <= clock_timestamp() - make_interval(secs => $3::double precision / 1000)`,
+    [db.name, state ?? null, forMs],
   );
   return rows[0]?.n ?? 0;
 }
@@ -182,4 +188,34 @@ export function logLines(stderr: string): Record<string, unknown>[] {
     .split('\n')
     .filter((l) => l.trim().startsWith('{'))
     .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
+
+/**
+ * Every acknowledged delivery is stored once, as the event its 2xx named; every event's
+ * effects ran once: one row per key in `applied` (the module's table), one line per key
+ * in `execOut` (the exec effect's file), and the ledger says done, one run, for each.
+ */
+export async function checkEffectsOnce(db: TestDatabase, acked: ReadonlyMap<string, number>, execOut: string): Promise<void> {
+  const rows = await db.query<{ id: number; delivery_id: string }>('SELECT id, delivery_id FROM events');
+  const stored = new Map(rows.map((r) => [r.delivery_id, r.id]));
+  for (const [deliveryId, eventId] of acked) expect(stored.get(deliveryId)).toBe(eventId);
+  const keys = [...stored.keys()].sort();
+
+  const applied = await db.query<{ key: string; n: number }>('SELECT key, count(*)::bigint AS n FROM applied GROUP BY key ORDER BY key');
+  expect(applied.filter((a) => a.n !== 1)).toEqual([]);
+  expect(applied.map((a) => a.key).sort()).toEqual(keys);
+
+  const lines = existsSync(execOut) ? readFileSync(execOut, 'utf8').trim().split('\n') : [];
+  const runs = new Map<string, number>();
+  for (const l of lines) runs.set(l, (runs.get(l) ?? 0) + 1);
+  expect([...runs].filter(([, n]) => n !== 1)).toEqual([]);
+  expect([...runs.keys()].sort()).toEqual(keys);
+
+  const ledger = await db.query<{ route: string; status: string; runs: number; n: number }>(
+    'SELECT route, status, runs, count(*)::bigint AS n FROM effects GROUP BY 1, 2, 3 ORDER BY 1, 2, 3',
+  );
+  expect(ledger).toEqual([
+    { route: 'licence', status: 'done', runs: 1, n: keys.length },
+    { route: 'notify', status: 'done', runs: 1, n: keys.length },
+  ]);
 }

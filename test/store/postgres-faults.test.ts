@@ -1,9 +1,9 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { startServe, tempDir, waitFor, writeConfig, type ServeProcess } from '../helpers.js';
+import { startServe, tempDir, writeConfig, type ServeProcess } from '../helpers.js';
 import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
-import { delivery, logLines, post, sendLoad, shopSource, terminateReceiverConnections, waitAllDone } from './postgres-faults-helpers.js';
+import { checkEffectsOnce, delivery, logLines, post, sendLoad, shopSource, terminateReceiverConnections, waitAllDone } from './postgres-faults-helpers.js';
 
 /**
  * `serve` on PostgreSQL while the server drops its connections (pg_terminate_backend, as
@@ -62,11 +62,12 @@ describe.runIf(pgOk)('serve on PostgreSQL when connections are dropped', () => {
     const res = await post(serve.url, delivery('o1', { waitMs: 3000 }));
     expect(res.status).toBe(202);
 
-    // The handler is waiting inside its transaction: its connection is idle in transaction.
+    // The handler is waiting inside its transaction: its connection is idle in transaction
+    // (for a while: not just between two statements of a transaction).
     const until = Date.now() + 5000;
     let terminated = 0;
     while (terminated === 0 && Date.now() < until) {
-      terminated = await terminateReceiverConnections(db, 'idle in transaction');
+      terminated = await terminateReceiverConnections(db, 'idle in transaction', 500);
       if (terminated === 0) await new Promise((r) => setTimeout(r, 20));
     }
     expect(terminated).toBe(1);
@@ -80,6 +81,41 @@ describe.runIf(pgOk)('serve on PostgreSQL when connections are dropped', () => {
     expect(attempts.map((a) => a.outcome)).toEqual(['failed', 'ok']);
     const lines = logLines(serve.output().stderr);
     expect(lines.filter((l) => l.level === 'fatal')).toEqual([]);
+    expect(await serve.stop('SIGTERM')).toBe(0);
+  });
+
+  it('every receiver connection terminated six times under a bounded load: serve stays up, every acknowledged delivery stored once, no effect repeated', async () => {
+    const out = join(tmp.dir, 'notified.txt');
+    serve = await startServe(
+      config({
+        routes: [
+          { name: 'licence', source: 'shop', key: '{body.key}', effect: { module: './licence.mjs', timeoutSeconds: 8 } },
+          { name: 'notify', source: 'shop', key: '{body.key}', effect: { exec: ['/bin/sh', '-c', 'printf "%s\\n" "$RECEIVER_KEY" >> "$1"', 'sh', out], timeoutSeconds: 8 } },
+        ],
+      }),
+    );
+    // Half the module effects wait 100 ms inside their transaction (its first attempt), so
+    // the drain spends most of its time there and terminations land inside one.
+    const deliveries = Array.from({ length: 100 }, (_, i) => delivery(`k${i}`, { waitMs: i % 2 === 0 ? 100 : 0 }));
+    const started = Date.now();
+    const load = sendLoad(serve.url, deliveries, { concurrency: 8, retryMs: 100, deadline: started + 30_000 });
+    let terminated = 0;
+    for (let i = 0; i < 6; i++) {
+      await new Promise((r) => setTimeout(r, 400));
+      terminated += await terminateReceiverConnections(db);
+    }
+    const result = await load;
+    expect(serve.child.exitCode).toBeNull();
+    expect(terminated).toBeGreaterThanOrEqual(6);
+
+    await waitAllDone(db, 40_000, serve);
+    expect(serve.child.exitCode).toBeNull();
+    expect([...result.statuses.keys()].filter((s) => s !== 202 && s !== 503)).toEqual([]);
+    expect(result.noAnswer).toBe(0);
+    expect(result.without503RetryAfter).toBe(0);
+    expect(result.acked.size).toBe(deliveries.length);
+    await checkEffectsOnce(db, result.acked, out);
+    expect(logLines(serve.output().stderr).filter((l) => l.level === 'fatal')).toEqual([]);
     expect(await serve.stop('SIGTERM')).toBe(0);
   });
 });

@@ -59,6 +59,53 @@ interface Failure {
 
 type RouteResult = { lost: true } | { lost: false; failure?: Failure };
 
+/** The receiver is stopping past its grace while a bookkeeping write still fails: the event is left to its lease. */
+export class Interrupted extends Error {
+  constructor(what: string, cause: unknown) {
+    super(`${what}: stopped while the database was failing (${cause instanceof Error ? cause.message : String(cause)})`);
+  }
+}
+
+/** Backoff between tries of one bookkeeping write: 50 ms doubling to at most 2 s. */
+const PERSIST_FIRST_MS = 50;
+const PERSIST_MAX_MS = 2000;
+
+/**
+ * Runs one store step of a claimed event until it lands. A write that fails for a moment
+ * (database busy past its timeout, a dropped connection, a full disk) is tried again with
+ * backoff while the drain keeps the claim (the loop's heartbeat renews it), so an effect
+ * that already ran is never claimed and run again because its result could not be written
+ * at once. Gives up only when the receiver stops past its grace (`signal`): the event is
+ * then left to its lease, as after a crash.
+ */
+export async function persist<T>(ctx: Pick<ProcessContext, 'logger'>, what: string, eventId: number, signal: AbortSignal, step: () => Promise<T>): Promise<T> {
+  let waitMs = PERSIST_FIRST_MS;
+  for (let tries = 1; ; tries++) {
+    try {
+      return await step();
+    } catch (e) {
+      if (signal.aborted) throw new Interrupted(what, e);
+      // One line per try, no stack: the cause is the database's, named in the message.
+      ctx.logger.warn({ eventId, step: what, tries, retryInMs: waitMs, err: e instanceof Error ? e.message : String(e) }, 'drain bookkeeping write failed; keeping the claim and trying again');
+      await pause(waitMs, signal);
+      waitMs = Math.min(PERSIST_MAX_MS, waitMs * 2);
+    }
+  }
+}
+
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
+
 /**
  * Runs every matching route's effect for one claimed event, then settles the event: done,
  * a retry after backoff, or dead. Each route is its own effect under its own key; a route
@@ -70,21 +117,37 @@ export async function processEvent(ctx: ProcessContext, event: ClaimedEvent, sig
   for (const plan of planEffects(ctx.config.routes, event, tctx)) {
     if (plan.kind === 'failure') {
       const at = ctx.now();
-      await ctx.store.recordAttempt({ eventId: event.id, attempt: event.attempt, route: plan.route.name, outcome: 'failed', error: plan.error, startedAt: at, finishedAt: at });
+      const record = { eventId: event.id, attempt: event.attempt, route: plan.route.name, outcome: 'failed' as const, error: plan.error, startedAt: at, finishedAt: at };
+      await persist(ctx, 'record attempt', event.id, signal, () => ctx.store.recordAttempt(record));
       report(ctx, event, plan.route.name, undefined, 'failed', false, 0, plan.error);
       failures.push({ route: plan.route.name, error: plan.error, retryable: true });
       continue;
     }
-    const r = await runRoute(ctx, event, plan, tctx.body, signal);
+    let r: RouteResult;
+    try {
+      r = await runRoute(ctx, event, plan, tctx.body, signal);
+    } catch (e) {
+      if (!(e instanceof Interrupted)) throw e;
+      r = { lost: false };
+    }
     // Past the shutdown grace: whatever ran is left to its lease (the ledger shows it running).
     if (signal.aborted) return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: 'interrupted' });
     if (r.lost) return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: 'lost' });
     if (r.failure !== undefined) failures.push(r.failure);
   }
 
+  try {
+    return await settleEvent(ctx, event, failures, signal);
+  } catch (e) {
+    if (!(e instanceof Interrupted)) throw e;
+    return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: 'interrupted' });
+  }
+}
+
+async function settleEvent(ctx: ProcessContext, event: ClaimedEvent, failures: Failure[], signal: AbortSignal): Promise<EventOutcome> {
   const now = ctx.now();
   if (failures.length === 0) {
-    const held = await ctx.store.completeEvent(event.lease, now);
+    const held = await persist(ctx, 'complete event', event.id, signal, () => ctx.store.completeEvent(event.lease, now));
     return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: held ? 'done' : 'lost' });
   }
   const error = failures.map((f) => `${f.route}: ${f.error}`).join('; ');
@@ -94,12 +157,12 @@ export async function processEvent(ctx: ProcessContext, event: ClaimedEvent, sig
   const onlyWaiting = failures.every((f) => f.busy === true);
   if (permanent || (event.attempt >= ctx.config.retry.maxAttempts && !onlyWaiting)) {
     const why = permanent ? error : `${error} (gave up after ${event.attempt} attempts)`;
-    const held = await ctx.store.buryEvent(event.lease, why, now);
+    const held = await persist(ctx, 'bury event', event.id, signal, () => ctx.store.buryEvent(event.lease, why, now));
     return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: held ? 'dead' : 'lost', error: why });
   }
   const retryAfterMs = Math.max(0, ...failures.map((f) => f.retryAfterMs ?? 0));
   const at = nextAttemptAt(now, event.attempt, ctx.config.retry, ctx.random, retryAfterMs > 0 ? retryAfterMs : undefined);
-  const held = await ctx.store.retryEvent(event.lease, error, at);
+  const held = await persist(ctx, 'retry event', event.id, signal, () => ctx.store.retryEvent(event.lease, error, at));
   return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: held ? 'retry' : 'lost', nextAttemptAt: at, error });
 }
 
@@ -125,19 +188,22 @@ async function runRoute(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedE
     } catch (e) {
       const error = `cannot load module ${route.effect.module}: ${(e as Error).message}`;
       const at = ctx.now();
-      await ctx.store.recordAttempt({ eventId: event.id, attempt: event.attempt, route: route.name, effectKey: plan.effectKey, outcome: 'failed', error, startedAt: at, finishedAt: at });
+      const record = { eventId: event.id, attempt: event.attempt, route: route.name, effectKey: plan.effectKey, outcome: 'failed' as const, error, startedAt: at, finishedAt: at };
+      await persist(ctx, 'record attempt', event.id, signal, () => ctx.store.recordAttempt(record));
       report(ctx, event, route.name, plan.effectKey, 'failed', false, elapsed(), error);
       return { lost: false, failure: { route: route.name, error, retryable: true } };
     }
     const moduleEvent: ModuleEvent = { ...eventView(event), json };
-    const r = await ctx.store.runTransactionalEffect(
+    // Nothing of a module effect commits unless its transaction does: a failed commit is
+    // tried again as a whole (the handler runs again; its earlier writes were rolled back).
+    const r = await persist(ctx, 'module effect', event.id, signal, () => ctx.store.runTransactionalEffect(
       event.lease,
       event.attempt,
       start,
       (db) => callHandler(handler, moduleEvent, { event: moduleEvent, route: route.name, key: plan.businessKey, effectKey: plan.effectKey, attempt: event.attempt, db }, timeoutMs, signal),
       ctx.now,
       ctx.leaseMs,
-    );
+    ));
     if (r.action === 'lost') return { lost: true };
     if (r.action === 'failed') {
       report(ctx, event, route.name, plan.effectKey, 'failed', start.force, elapsed(), r.error);
@@ -148,15 +214,22 @@ async function runRoute(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedE
   }
 
   // External effects: the ledger says "running" (committed) before anything acts.
-  const d = await ctx.store.beginEffect(event.lease, event.attempt, start, ctx.now(), ctx.leaseMs);
+  const d = await persist(ctx, 'begin effect', event.id, signal, () => ctx.store.beginEffect(event.lease, event.attempt, start, ctx.now(), ctx.leaseMs));
   if (d.action === 'lost') return { lost: true };
   if (d.action !== 'run') {
     report(ctx, event, route.name, plan.effectKey, d.action, false, elapsed(), errorOf(d));
     return d.action === 'busy' ? { lost: false, failure: busyFailure(route, d.heldByEventId, plan.effectKey) } : { lost: false };
   }
-  const result = await runExternal(ctx, event, plan, timeoutMs, signal);
+  // Whatever goes wrong in starting or running the effect is this attempt's failure, recorded
+  // below like any other: an exception must never leave the ledger row and attempt running.
+  const result = await runExternal(ctx, event, plan, timeoutMs, signal).catch((e: unknown): EffectResult => ({
+    ok: false,
+    retryable: true,
+    error: `effect failed: ${e instanceof Error ? e.message : String(e)}`,
+  }));
   if (signal.aborted) return { lost: false };
-  await ctx.store.finishEffect(
+  const finishedAt = ctx.now();
+  await persist(ctx, 'finish effect', event.id, signal, () => ctx.store.finishEffect(
     {
       attemptId: d.attemptId,
       effectKey: plan.effectKey,
@@ -167,8 +240,8 @@ async function runRoute(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedE
       version: plan.version,
       wasDone: d.wasDone,
     },
-    ctx.now(),
-  );
+    finishedAt,
+  ));
   const forced = d.wasDone && start.force;
   if (result.ok) {
     report(ctx, event, route.name, plan.effectKey, 'ok', forced, elapsed());
@@ -178,7 +251,7 @@ async function runRoute(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedE
   return { lost: false, failure: { route: route.name, error: result.error, retryable: result.retryable, retryAfterMs: result.retryAfterMs } };
 }
 
-function runExternal(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedEffect, timeoutMs: number, signal: AbortSignal): Promise<EffectResult> {
+async function runExternal(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedEffect, timeoutMs: number, signal: AbortSignal): Promise<EffectResult> {
   const effect = plan.route.effect;
   if (effect.exec !== undefined) {
     return runExec({ argv: effect.exec, event: eventView(event), businessKey: plan.businessKey, effectKey: plan.effectKey, attempt: event.attempt, baseEnv: ctx.execEnv, timeoutMs, signal });
@@ -186,7 +259,7 @@ function runExternal(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedEffe
   if (effect.http !== undefined) {
     return runHttp({ url: effect.http.url, headers: effect.http.headers, event: eventView(event), effectKey: plan.effectKey, attempt: event.attempt, timeoutMs, now: ctx.now(), signal });
   }
-  return Promise.resolve({ ok: false, retryable: false, error: 'route has no effect' });
+  return { ok: false, retryable: false, error: 'route has no effect' };
 }
 
 function eventView(e: ClaimedEvent) {

@@ -66,7 +66,16 @@ export function runExec(req: ExecRequest): Promise<EffectResult> {
     let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
     let drainTimer: NodeJS.Timeout | undefined;
 
-    const child = spawn(file!, args, { cwd: req.cwd, env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
+    let child: ReturnType<typeof spawn>;
+    try {
+      child = spawn(file!, args, { cwd: req.cwd, env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
+    } catch (e) {
+      // Node refuses before anything runs: a NUL byte in an argument or environment value
+      // (from the delivery id, event type or business key), or E2BIG for values past the
+      // kernel's limit. The same event fails the same way every time: a permanent failure.
+      const err = e as NodeJS.ErrnoException;
+      return resolve({ ok: false, retryable: false, error: `cannot start ${file}: ${err.code ?? err.message}` });
+    }
 
     const killGroup = (why: 'timeout' | 'shutdown') => {
       if (exit !== undefined && why === 'shutdown') return;

@@ -51,6 +51,17 @@ export class Conn {
   }
 
   /**
+   * Cancels the statement `client` is running, from another connection (pg_cancel_backend):
+   * for a caller that stopped waiting for it and must end the transaction, which would
+   * otherwise wait behind it. Nothing happens when the statement has already ended.
+   */
+  async cancel(what: string, client: PoolClient): Promise<void> {
+    // The backend's pid, from the connection's start-up (BackendKeyData); not in pg's types.
+    const pid = (client as unknown as { processID?: number | null }).processID;
+    if (typeof pid === 'number') await this.query(what, 'SELECT pg_cancel_backend($1)', [pid]);
+  }
+
+  /**
    * Runs `fn` inside BEGIN ... COMMIT on one pooled connection and resolves after COMMIT
    * has returned (synchronous_commit=on: flushed to the WAL). A deadlock or serialization
    * failure is retried until the busy timeout; then, and for any connection trouble, 503.

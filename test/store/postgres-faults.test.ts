@@ -84,6 +84,17 @@ describe.runIf(pgOk)('serve on PostgreSQL when connections are dropped', () => {
     expect(await serve.stop('SIGTERM')).toBe(0);
   });
 
+  it('idle_in_transaction_session_timeout ends a module effect\'s connection while it waits: serve stays up, the event is retried and done, applied once', async () => {
+    await db.query(`ALTER DATABASE ${db.name} SET idle_in_transaction_session_timeout = '1s'`);
+    serve = await startServe(config());
+    expect((await post(serve.url, delivery('o1', { waitMs: 2500 }))).status).toBe(202);
+    await waitAllDone(db, 15_000, serve);
+    expect(await db.query('SELECT key, attempt FROM applied')).toEqual([{ key: 'o1', attempt: 2 }]);
+    expect(await db.query(`SELECT status, runs FROM effects`)).toEqual([{ status: 'done', runs: 1 }]);
+    expect(logLines(serve.output().stderr).filter((l) => l.level === 'fatal')).toEqual([]);
+    expect(await serve.stop('SIGTERM')).toBe(0);
+  });
+
   it('every receiver connection terminated six times under a bounded load: serve stays up, every acknowledged delivery stored once, no effect repeated', async () => {
     const out = join(tmp.dir, 'notified.txt');
     serve = await startServe(

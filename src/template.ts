@@ -36,11 +36,16 @@ export function lookup(path: string, ctx: TemplateContext): unknown {
   if (path === 'source') return ctx.source;
   if (path === 'type') return ctx.type;
   if (path === 'id') return ctx.id;
-  if (path.startsWith('header.')) return ctx.headers[path.slice(7).toLowerCase()];
+  // Own properties only: `{body.constructor}` or `{header.tostring}` must not find what
+  // every object inherits (a filter on it would match the wrong events).
+  if (path.startsWith('header.')) {
+    const name = path.slice(7).toLowerCase();
+    return Object.hasOwn(ctx.headers, name) ? ctx.headers[name] : undefined;
+  }
   if (path.startsWith('body.')) {
     let cur: unknown = ctx.body;
     for (const key of path.slice(5).split('.')) {
-      if (cur === null || typeof cur !== 'object') return undefined;
+      if (cur === null || typeof cur !== 'object' || !Object.hasOwn(cur, key)) return undefined;
       cur = (cur as Record<string, unknown>)[key];
     }
     return cur;
@@ -77,9 +82,16 @@ export function matchesFilter(filter: Readonly<Record<string, string | number | 
 /** `invoice.*` style globs on event types; `*` matches any run of characters. */
 export function globMatch(glob: string, value: string): boolean {
   if (glob === '*') return true;
-  const re = new RegExp(`^${glob.split('*').map((s) => s.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`);
+  let re = globs.get(glob);
+  if (re === undefined) {
+    re = new RegExp(`^${glob.split('*').map((s) => s.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`);
+    globs.set(glob, re);
+  }
   return re.test(value);
 }
+
+/** Compiled globs: they come from the configuration, so the map stays as small as it is. */
+const globs = new Map<string, RegExp>();
 
 /** Parses a raw body for templates: JSON first, then form fields; undefined otherwise. */
 export function parseBody(raw: Buffer, contentType = ''): unknown {
@@ -88,7 +100,8 @@ export function parseBody(raw: Buffer, contentType = ''): unknown {
     return JSON.parse(text);
   } catch {
     if (contentType.includes('application/x-www-form-urlencoded') || /^[^=&\s]+=[^&\s]*(&[^=&\s]+=[^&\s]*)*$/.test(text)) {
-      const form: Record<string, string> = {};
+      // No prototype: a field named `__proto__` is a field like any other.
+      const form: Record<string, string> = Object.create(null) as Record<string, string>;
       for (const [k, v] of new URLSearchParams(text)) form[k] = v;
       // Slack interactivity wraps its JSON in a `payload` form field.
       if (typeof form.payload === 'string') {

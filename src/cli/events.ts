@@ -1,7 +1,7 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { ReceiverError } from '../errors.js';
 import { EVENT_STATUSES, type EventDetail, type EventStatus, type EventSummary } from '../store/ops-types.js';
-import { addCommonOptions, configFrom, openStoreFor, positiveInt, printJson, type CommonOptions } from './common.js';
+import { addCommonOptions, configFrom, openStoreFor, positiveInt, printable, printJson, type CommonOptions } from './common.js';
 
 export const DEFAULT_LIST_LIMIT = 50;
 
@@ -90,15 +90,19 @@ export function detailJson(e: EventDetail) {
       finishedAt: iso(f.finishedAt),
       lastError: f.lastError,
     })),
-    conflicts: e.conflicts.map((c) => ({ id: c.id, receivedAt: iso(c.receivedAt), bodySha256: c.bodySha256 })),
+    conflicts: e.conflicts.map((c) => ({ id: c.id, receivedAt: iso(c.receivedAt), bodySha256: c.bodySha256, repeats: c.repeats })),
   };
 }
 
+/** Sender-chosen text on one line of a terminal: whitespace runs folded, control characters escaped. */
 function oneLine(text: string | null, max: number): string {
   if (text === null) return '';
   const flat = text.replace(/\s+/g, ' ').trim();
-  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
+  return printable(flat.length > max ? `${flat.slice(0, max - 1)}…` : flat);
 }
+
+/** An id or name a sender chose, escaped for a terminal (whole: an id is never cut here). */
+const p = (text: string | null) => (text === null ? '' : printable(text));
 
 function table(rows: string[][]): string {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
@@ -127,7 +131,7 @@ export function registerEvents(program: Command): void {
       if (list.length === 0) return void process.stdout.write('No events.\n');
       const rows = [['ID', 'RECEIVED', 'SOURCE', 'DELIVERY ID', 'TYPE', 'STATUS', 'ATTEMPTS', 'LAST ERROR']];
       for (const e of list) {
-        rows.push([String(e.id), new Date(e.receivedAt).toISOString(), e.source, e.deliveryId, e.eventType, e.status, String(e.attempts), oneLine(e.lastError, 60)]);
+        rows.push([String(e.id), new Date(e.receivedAt).toISOString(), p(e.source), p(e.deliveryId), p(e.eventType), e.status, String(e.attempts), oneLine(e.lastError, 60)]);
       }
       process.stdout.write(`${table(rows)}\n`);
     });
@@ -157,31 +161,40 @@ export function registerEvents(program: Command): void {
 }
 
 function describeEvent(e: ReturnType<typeof detailJson>): string {
+  // Every value a sender chose (ids, type, headers, body, effect keys, errors and output
+  // quoting them) goes through printable(): text output is read in a terminal.
   const out: string[] = [
-    `event ${e.id}: ${e.source} / ${e.deliveryId} (${e.eventType})`,
-    `  status:     ${e.status}${e.status === 'processing' ? ` (lease ${e.leaseOwner ?? '?'} until ${e.leaseExpiresAt ?? '?'})` : ''}${e.forceEffects ? ' [replayed with --force]' : ''}`,
+    `event ${e.id}: ${p(e.source)} / ${p(e.deliveryId)} (${p(e.eventType)})`,
+    `  status:     ${e.status}${e.status === 'processing' ? ` (lease ${p(e.leaseOwner ?? '?')} until ${e.leaseExpiresAt ?? '?'})` : ''}${e.forceEffects ? ' [replayed with --force]' : ''}`,
     `  received:   ${e.receivedAt}${e.duplicates > 0 ? `, ${e.duplicates} duplicate(s) since` : ''}`,
     `  attempts:   ${e.attempts}${e.status === 'pending' ? `, next at ${e.nextAttemptAt}` : ''}${e.finishedAt === null ? '' : `, finished ${e.finishedAt}`}`,
   ];
   if (e.lastError !== null) out.push(`  last error: ${oneLine(e.lastError, 200)}`);
+  // Done without ever being claimed: stored done at ingest because no route applied to it.
+  if (e.status === 'done' && e.attempts === 0) out.push('  routes:     no route matched this event when it arrived (stored done; after adding a route, replay it)');
   out.push('headers:');
   if (e.headers === null) out.push('  (dropped by purge --bodies-days)');
-  else for (const [k, v] of Object.entries(e.headers)) out.push(`  ${k}: ${v}`);
+  else for (const [k, v] of Object.entries(e.headers)) out.push(`  ${p(k)}: ${p(v)}`);
   out.push(`body (sha256 ${e.bodySha256}):`);
   if (e.body === null) out.push('  (dropped by purge --bodies-days)');
   else if (e.bodyEncoding === 'base64') out.push(`  (not UTF-8; base64) ${e.body}`);
-  else out.push(e.body);
+  else out.push(printable(e.body, { keepLines: true }));
   out.push('attempts:');
   if (e.attemptLog.length === 0) out.push('  (none yet)');
   for (const a of e.attemptLog) {
-    out.push(`  #${a.attempt} ${a.startedAt} ${a.route} ${a.effectKey ?? ''} ${a.outcome}${a.forced ? ' (forced)' : ''}${a.error === null ? '' : `: ${oneLine(a.error, 120)}`}`);
+    out.push(`  #${a.attempt} ${a.startedAt} ${p(a.route)} ${p(a.effectKey)} ${a.outcome}${a.forced ? ' (forced)' : ''}${a.error === null ? '' : `: ${oneLine(a.error, 120)}`}`);
+    // What the effect printed (its tail), for a success as much as for a failure.
+    if (a.output !== null && a.output.trim() !== '') {
+      out.push('    output:');
+      for (const line of a.output.replace(/\n$/, '').split('\n')) out.push(`      ${printable(line, { keepLines: true })}`);
+    }
   }
   out.push('effects:');
   if (e.effects.length === 0) out.push('  (none)');
-  for (const f of e.effects) out.push(`  ${f.effectKey}: ${f.status}, ${f.runs} run(s)${f.forcedRuns > 0 ? `, ${f.forcedRuns} forced` : ''}${f.eventId === e.id ? '' : ` (last run by event ${f.eventId})`}`);
+  for (const f of e.effects) out.push(`  ${p(f.effectKey)}: ${f.status}, ${f.runs} run(s)${f.forcedRuns > 0 ? `, ${f.forcedRuns} forced` : ''}${f.eventId === e.id ? '' : ` (last run by event ${f.eventId})`}`);
   if (e.conflicts.length > 0) {
     out.push('conflicts (same delivery id, different body):');
-    for (const c of e.conflicts) out.push(`  ${c.receivedAt} sha256 ${c.bodySha256}`);
+    for (const c of e.conflicts) out.push(`  ${c.receivedAt} sha256 ${c.bodySha256}${c.repeats > 0 ? `, ${c.repeats} repeat(s) since` : ''}`);
   }
   return `${out.join('\n')}\n`;
 }

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { ReceiverError } from '../errors.js';
 import type { ReplayRefusal, ReplayResult } from '../store/ops-types.js';
-import { addCommonOptions, configFrom, openStoreFor, printJson, type CommonOptions } from './common.js';
+import { addCommonOptions, configFrom, openStoreFor, printable, printJson, type CommonOptions } from './common.js';
 
 interface ReplayOptions extends CommonOptions {
   source?: string;
@@ -115,7 +115,7 @@ export async function replay(ids: string[], options: ReplayOptions): Promise<voi
     process.stdout.write('No dead events to replay.\n');
     return;
   }
-  const lines = result.replayed.map((e) => `  ${e.eventId}  ${e.source}/${e.deliveryId} (was ${e.previousStatus})`);
+  const lines = result.replayed.map((e) => `  ${e.eventId}  ${printable(e.source)}/${printable(e.deliveryId)} (was ${e.previousStatus})`);
   process.stdout.write(
     `Replayed ${result.replayed.length} event(s):\n${lines.join('\n')}\n` +
       'The running server drains them within about a second, with a fresh retry count. ' +

@@ -130,6 +130,7 @@ export async function serve(options: ServeOptions): Promise<void> {
       metrics.observeDelivery(o);
     },
     onAccepted: () => drain?.wake(),
+    routes: config.routes,
     onError: (e) => logger.error({ err: e }, 'request failed'),
     ...(config.metrics.enabled ? { extend: metricsRoute(metrics, { token: config.metrics.token }) } : {}),
   });

@@ -3,9 +3,10 @@ import { resolve } from 'node:path';
 import type { z } from 'zod';
 import { configError, ReceiverError } from '../errors.js';
 import { providerNames, providers } from '../providers/registry.js';
-import type { ResolvedSource } from '../providers/types.js';
+import { PROVIDER_FIELDS, type Provider, type ResolvedSource } from '../providers/types.js';
+import { HEADERS_SET_BY_RECEIVER } from '../effects/http.js';
 import { checkTemplate } from '../template.js';
-import { configSchema, type RawConfig, type RouteConfig } from './schema.js';
+import { configSchema, HEADER_NAME, type RawConfig, type RouteConfig, type SourceConfig } from './schema.js';
 import { resolveSecret, type Secret } from './secret.js';
 
 export interface Config extends Omit<RawConfig, 'sources' | 'metrics'> {
@@ -66,7 +67,65 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
   return resolveConfig(json, file, overrides, env);
 }
 
+/**
+ * Every `__proto__` key in the parsed JSON, by path. Validation copies maps (sources, keys,
+ * filters, headers) into plain objects, where that key sets the prototype instead of a
+ * field: the entry would vanish without a word (a filter would match every event). It is
+ * refused instead; `constructor`, `toString` and other names work like any other.
+ */
+function protoKeys(value: unknown, path: string[] = []): string[] {
+  if (value === null || typeof value !== 'object') return [];
+  const found: string[] = [];
+  for (const [k, v] of Object.entries(value)) {
+    if (k === '__proto__') found.push(fieldPath([...path, k]));
+    found.push(...protoKeys(v, [...path, k]));
+  }
+  return found;
+}
+
+/** Fields a source sets that its provider does not read, as problems naming who reads them. */
+function unusedFields(field: string, options: SourceConfig, provider: Provider): string[] {
+  const problems: string[] = [];
+  for (const f of PROVIDER_FIELDS) {
+    if (options[f] === undefined || provider.fields.includes(f)) continue;
+    const readers = providerNames().filter((n) => providers.get(n)?.fields.includes(f));
+    problems.push(`${field}.${f}: provider "${provider.name}" does not use this field, it would be silently ignored (it is read by ${readers.join(', ')}; remove it, or check "provider")`);
+  }
+  if (!provider.needsSecret) {
+    for (const f of ['secret', 'secrets'] as const) {
+      if (options[f] !== undefined) problems.push(`${field}.${f}: provider "${provider.name}" verifies nothing, so no secret is checked (remove it, or choose the sender's provider)`);
+    }
+  }
+  return problems;
+}
+
+/** A header value fetch will send: no line breaks, NUL or characters past U+00FF. */
+const HEADER_VALUE = /^[\t\u0020-\u007e\u0080-\u00ff]*$/;
+
+/**
+ * An http effect's configured headers, checked now: fetch refuses a bad one on every
+ * request, which would retry each event as a network error until it is dead; and a
+ * header receiver sets itself would be overwritten without a word.
+ */
+function httpHeaderProblems(field: string, headers: Readonly<Record<string, string>>): string[] {
+  const problems: string[] = [];
+  const seen = new Set<string>();
+  for (const [name, value] of Object.entries(headers)) {
+    const lower = name.toLowerCase();
+    if (!HEADER_NAME.test(name)) problems.push(`${field}.${name}: is not a valid HTTP header name (letters, digits and !#$%&'*+.^_\`|~- only)`);
+    else if (HEADERS_SET_BY_RECEIVER.includes(lower)) problems.push(`${field}.${name}: receiver sets this header on every request, so this value would be ignored (remove it)`);
+    else if (seen.has(lower)) problems.push(`${field}.${name}: set twice (header names are case-insensitive)`);
+    if (!HEADER_VALUE.test(value)) problems.push(`${field}.${name}: the value holds a line break, a control character or a character past U+00FF, which HTTP cannot send`);
+    seen.add(lower);
+  }
+  return problems;
+}
+
 export function resolveConfig(json: unknown, file: string, overrides: ConfigOverrides = {}, env: NodeJS.ProcessEnv = process.env): Config {
+  const reserved = protoKeys(json);
+  if (reserved.length > 0) {
+    throw configError(`${file}: invalid configuration\n${reserved.map((p) => `${p}: "__proto__" cannot be used as a name`).join('\n')}`, 'rename it (sources, key ids, filter paths and header names may not be "__proto__")');
+  }
   const parsed = configSchema.safeParse(json);
   if (!parsed.success) {
     throw configError(`${file}: invalid configuration\n${parsed.error.issues.map(describeIssue).join('\n')}`, 'see the configuration section of the README');
@@ -91,7 +150,13 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
       problems.push(`${field}.provider: unknown provider "${options.provider}" (known: ${providerNames().join(', ')})`);
       continue;
     }
-    const refs: [string, string][] = [];
+    const unused = unusedFields(field, options, provider);
+    if (unused.length > 0) {
+      problems.push(...unused);
+      continue;
+    }
+    // [config field, reference, key id for `keys` entries]
+    const refs: [string, string, string?][] = [];
     if (overrides.withoutSecrets === true) {
       // Structure only: no secret is read, so none is required.
     } else {
@@ -100,9 +165,16 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     }
     const secrets: Secret[] = [];
     const keys = new Map<string, Secret>();
+    for (const [kid, ref] of Object.entries(overrides.withoutSecrets === true ? {} : (options.keys ?? {}))) refs.push([`${field}.keys.${kid}`, ref, kid]);
     try {
-      for (const [f, ref] of refs) secrets.push(resolveSecret(ref, f, env));
-      for (const [kid, ref] of Object.entries(overrides.withoutSecrets === true ? {} : (options.keys ?? {}))) keys.set(kid, resolveSecret(ref, `${field}.keys.${kid}`, env));
+      for (const [f, ref, kid] of refs) {
+        const secret = resolveSecret(ref, f, env);
+        // Usable key bytes, as this provider reads them: never an empty HMAC key.
+        const problem = provider.keyProblem?.(secret.reveal(), options);
+        if (problem !== undefined) throw configError(`${f}: ${problem}`);
+        if (kid === undefined) secrets.push(secret);
+        else keys.set(kid, secret);
+      }
     } catch (e) {
       if (e instanceof ReceiverError) {
         problems.push(e.message + (e.hint === undefined ? '' : ` (try: ${e.hint})`));
@@ -134,15 +206,13 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     const field = `routes.${i}`;
     if (names.has(route.name)) problems.push(`${field}.name: "${route.name}" is used by two routes; effect keys start with the route name, so names must be unique`);
     names.add(route.name);
-    if (route.source !== '*' && raw.sources[route.source] === undefined) problems.push(`${field}.source: no source named "${route.source}"`);
+    if (route.source !== '*' && !Object.hasOwn(raw.sources, route.source)) problems.push(`${field}.source: no source named "${route.source}"`);
     for (const f of ['key', 'version'] as const) {
       const t = route[f];
       const p = t === undefined ? undefined : checkTemplate(t);
       if (p !== undefined) problems.push(`${field}.${f}: ${p}`);
     }
-    if (route.effect.timeoutSeconds >= raw.drain.leaseSeconds) {
-      problems.push(`${field}.effect.timeoutSeconds: ${route.effect.timeoutSeconds}s must be shorter than drain.leaseSeconds (${raw.drain.leaseSeconds}s), or another process could take the event while it runs`);
-    }
+    problems.push(...httpHeaderProblems(`${field}.effect.http.headers`, route.effect.http?.headers ?? {}));
   });
 
   let token: Secret | undefined;

@@ -1,12 +1,19 @@
 import { z } from 'zod';
 
 /**
- * The configuration file's shape (see CONTRACT.md). Every object is strict: an unknown
+ * The configuration file's shape (the README's Configuration section). Every object is strict: an unknown
  * field is an error naming it, because a typo such as "secrests" must not silently
  * leave a source unverified.
  */
 
 const secretRef = z.string().min(1, 'must not be empty');
+
+/** An HTTP header name (an RFC 9110 token): a name no request can carry would refuse every delivery. */
+export const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+const headerName = () => z.string().regex(HEADER_NAME, 'is not a valid HTTP header name');
+
+/** Effects POST and Twilio signs over http(s) only: `file:///...` would be a network error retried forever. */
+const httpUrl = () => z.url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' });
 
 export const sourceSchema = z.strictObject({
   provider: z.string().min(1),
@@ -19,17 +26,17 @@ export const sourceSchema = z.strictObject({
   successStatus: z.number().int().min(200).max(299).optional(),
   retryHorizonHours: z.number().positive().optional(),
   // Generic HMAC (`hmac-sha256`) and the template-driven providers.
-  header: z.string().min(1).optional(),
+  header: headerName().optional(),
   prefix: z.string().optional(),
   encoding: z.enum(['hex', 'base64']).optional(),
-  timestampHeader: z.string().min(1).optional(),
+  timestampHeader: headerName().optional(),
   signedPayload: z.string().min(1).optional(),
   deliveryId: z.string().min(1).optional(),
   eventType: z.string().min(1).optional(),
   /** Standard Webhooks: `base64` (the spec, Svix) or `utf8` (Polar's SDK uses the whole secret). */
   secretEncoding: z.enum(['base64', 'utf8']).optional(),
   /** Twilio signs the public URL it called; behind a proxy that is not the URL we see. */
-  publicUrl: z.url().optional(),
+  publicUrl: httpUrl().optional(),
 });
 
 const effectSchema = z
@@ -37,7 +44,7 @@ const effectSchema = z
     exec: z.array(z.string().min(1)).min(1).optional(),
     http: z
       .strictObject({
-        url: z.url(),
+        url: httpUrl(),
         headers: z.record(z.string(), z.string()).optional(),
       })
       .optional(),
@@ -77,12 +84,15 @@ export const configSchema = z.strictObject({
   drain: z
     .strictObject({
       enabled: z.boolean().default(true),
-      /** A claim is held this long; a crashed process's claims are retried after it. */
-      leaseSeconds: z.number().positive().default(300),
+      /**
+       * A claim's lease. A live drain renews it every third of the lease while it holds the
+       * claim (effects may run longer); a dead process's claims are retried once it expires.
+       */
+      leaseSeconds: z.number().positive().default(30),
       /** How often an idle drain looks for work written by another process (replay). */
       pollMs: z.number().int().positive().default(1000),
     })
-    .default({ enabled: true, leaseSeconds: 300, pollMs: 1000 }),
+    .default({ enabled: true, leaseSeconds: 30, pollMs: 1000 }),
   log: z
     .strictObject({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') })
     .default({ level: 'info' }),

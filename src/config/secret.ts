@@ -37,13 +37,15 @@ export class Secret {
 export function resolveSecret(ref: string, field: string, env: NodeJS.ProcessEnv = process.env): Secret {
   if (ref.startsWith('env:')) {
     const name = ref.slice(4);
-    const value = env[name];
+    // Own properties only: `env:toString` must not find Object.prototype.toString.
+    const value = Object.hasOwn(env, name) ? env[name] : undefined;
     if (value === undefined || value === '') {
       throw configError(
         `${field}: environment variable ${name} is not set or empty`,
         `export ${name}=<the signing secret>, or put it in the systemd EnvironmentFile`,
       );
     }
+    if (isBlank(value)) throw configError(`${field}: environment variable ${name} holds only whitespace`, `export ${name}=<the signing secret>`);
     return new Secret(value);
   }
   if (ref.startsWith('file:')) {
@@ -60,10 +62,20 @@ export function resolveSecret(ref: string, field: string, env: NodeJS.ProcessEnv
     // Editors and `echo` add a trailing newline that is not part of the secret.
     value = value.replace(/\r?\n$/, '');
     if (value === '') throw configError(`${field}: secret file ${path} is empty`, `write the secret into ${path}`);
+    if (isBlank(value)) throw configError(`${field}: secret file ${path} holds only whitespace`, `write the secret into ${path}`);
     return new Secret(value);
   }
   if (ref === '') throw configError(`${field}: secret is empty`, 'set a literal secret, env:NAME or file:PATH');
+  if (isBlank(ref)) throw configError(`${field}: secret is only whitespace`, 'set the literal secret the sender shows, env:NAME or file:PATH');
   return new Secret(ref);
+}
+
+/**
+ * A secret of only whitespace is a mistake (an unfilled template, a stray space), never a
+ * key: anyone could sign with it. Refused when the configuration is loaded.
+ */
+export function isBlank(value: string): boolean {
+  return value.trim() === '';
 }
 
 /** Headers that carry a secret or a signature (lower-cased): never stored, logged or shown. */

@@ -2,8 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Config } from '../config/load.js';
 import { effectEnvironment } from '../effects/exec.js';
+import { isReceiverError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { DrainStore } from '../store/drain-types.js';
+import type { ClaimedEvent, DrainStore, Lease } from '../store/drain-types.js';
 import { processEvent, type AttemptOutcome, type EventOutcome, type ProcessContext } from './process.js';
 
 export type { AttemptOutcome, EventOutcome };
@@ -35,12 +36,26 @@ export interface Drain {
 const ERROR_PAUSE_MS = 1000;
 
 /**
- * The serial drain: one event at a time per process. It claims the oldest due event under a
- * lease, runs its effects, settles it, and claims again at once. With nothing due it sleeps
- * until the next retry or lease expiry, at most `drain.pollMs` (so events another process
- * puts back, such as `replay`, are picked up within about that long), and wakes at once on
- * wake(). Claims of a crashed process come back through the claim itself once their lease
- * expires. The loop holds no SQL: every database step is a DrainStore method.
+ * Events claimed in one transaction and then run one at a time (claim ahead): the claim's
+ * cost is shared, and the effects stay serial and in order. Small, so that several
+ * receivers on one database still share the work.
+ */
+export const CLAIM_BATCH = 8;
+
+/** The heartbeat renews every held claim this many times per lease. */
+const RENEWALS_PER_LEASE = 3;
+
+/**
+ * The serial drain: one event at a time per process. It claims the oldest due events (a
+ * few at once) under a lease, runs each one's effects, settles it, and claims again at
+ * once. While it holds claims, a heartbeat renews them every third of the lease, so an
+ * effect may run longer than the lease and a live process's claims are never taken; a dead
+ * process's claims come back through the claim itself once their lease expires, or at once
+ * when this process can see that their owner died (same machine, see takeBackClaims).
+ * With nothing due it sleeps until the next retry or lease expiry, at most `drain.pollMs`
+ * (so events another process puts back, such as `replay`, are picked up within about that
+ * long), and wakes at once on wake(). The loop holds no SQL: every database step is a
+ * DrainStore method.
  */
 export function startDrain(options: DrainOptions): Drain {
   const { config, store, logger } = options;
@@ -64,6 +79,20 @@ export function startDrain(options: DrainOptions): Drain {
   let stopping = false;
   let woken = false;
   let wakeSleeper: (() => void) | undefined;
+  /** Every claim this drain holds: the running event and those claimed ahead. */
+  const held = new Map<number, Lease>();
+
+  const heartbeat = setInterval(
+    () => {
+      if (held.size === 0) return;
+      store.renewLeases([...held.values()], now(), leaseMs).catch((e: unknown) => {
+        // The next beat tries again; a lease outlives two missed beats.
+        logger.warn({ err: e instanceof Error ? e.message : String(e), claims: held.size }, 'drain: could not renew leases; trying again at the next beat');
+      });
+    },
+    Math.max(50, leaseMs / RENEWALS_PER_LEASE),
+  );
+  heartbeat.unref();
 
   const sleep = (ms: number) =>
     new Promise<void>((resolve) => {
@@ -82,21 +111,48 @@ export function startDrain(options: DrainOptions): Drain {
     return due === undefined ? config.drain.pollMs : Math.min(config.drain.pollMs, Math.max(0, due - now()));
   };
 
+  const runBatch = async (batch: readonly ClaimedEvent[]) => {
+    for (const event of batch) held.set(event.id, event.lease);
+    let started = 0;
+    try {
+      for (const event of batch) {
+        if (stopping) break;
+        started++;
+        await processEvent(ctx, event, abort.signal);
+        held.delete(event.id);
+      }
+    } finally {
+      // Claimed ahead but not started (stopping, or a step failed): back to pending at once,
+      // for this process's successor or another receiver, instead of after the lease. An
+      // event whose processing failed midway is left to its lease.
+      const unstarted = batch.slice(started).map((e) => e.lease);
+      held.clear();
+      if (unstarted.length > 0) {
+        await store.releaseEvents(unstarted).catch((e: unknown) => {
+          logger.warn({ err: e instanceof Error ? e.message : String(e), events: unstarted.length }, 'drain: could not release unstarted claims; they come back when their lease expires');
+        });
+      }
+    }
+  };
+
   const run = async () => {
+    await takeBackClaims(store, id, now, logger);
     while (!stopping) {
       woken = false;
       try {
-        // A claim owner names one claim, not just the process: a late step of an old claim
-        // can never pass for the current one.
-        const event = await store.claimEvent(`${id}#${++claims}`, now(), leaseMs);
-        if (event === undefined) {
+        // A claim owner names one claim batch, not just the process: a late step of an old
+        // claim can never pass for the current one.
+        const batch = await store.claimEvents(`${id}#${++claims}`, now(), leaseMs, CLAIM_BATCH);
+        if (batch.length === 0) {
           await sleep(await idleMs());
           continue;
         }
-        await processEvent(ctx, event, abort.signal);
+        await runBatch(batch);
       } catch (e) {
-        // The event (if any) stays claimed and comes back when its lease expires.
-        logger.error({ err: e }, 'drain step failed; retrying shortly');
+        // Claims not settled stay claimed and come back when their lease expires. A database
+        // that is unavailable for a while is one line per try, without a stack.
+        if (isReceiverError(e, 'unavailable')) logger.warn({ err: e.message }, 'drain: database unavailable; trying again in 1 s');
+        else logger.error({ err: e }, 'drain step failed; retrying shortly');
         await sleep(ERROR_PAUSE_MS);
       }
     }
@@ -118,10 +174,51 @@ export function startDrain(options: DrainOptions): Drain {
       clearTimeout(timer);
       if (result === 'timeout') {
         abort.abort();
+        // The running step gives up now; its release of unstarted claims still runs.
+        await Promise.race([running, new Promise((r) => setTimeout(r, 1000).unref())]);
         logger.warn({ graceMs }, 'drain stop: the running effect did not finish within the grace; it was killed and is left to its lease');
       } else {
         logger.info('drain stopped');
       }
+      clearInterval(heartbeat);
     },
   };
+}
+
+/**
+ * A restarted `serve` (systemd restarts it at once after a crash) takes back the claims of
+ * its dead predecessors on this machine instead of waiting out their lease. Only where every
+ * claimant runs on this machine (SQLite), and only for owners named by this host whose
+ * process id is not running: a live process, or a reused pid, keeps its claims.
+ */
+async function takeBackClaims(store: DrainStore, self: string, now: () => number, logger: Logger): Promise<void> {
+  if (!store.claimsAreLocal) return;
+  const host = hostname();
+  try {
+    const dead = new Set<string>();
+    for (const owner of await store.claimOwners()) {
+      const drainId = owner.split('#')[0] ?? owner;
+      if (drainId === self) continue;
+      const m = /^(.*):(\d+):[0-9a-f]+$/.exec(drainId);
+      if (m === null || m[1] !== host || isAlive(Number(m[2]))) continue;
+      dead.add(drainId);
+    }
+    for (const drainId of dead) {
+      const n = await store.expireClaims(`${drainId}#`, now());
+      if (n > 0) logger.warn({ drain: drainId, claims: n }, 'drain: took back the claims of a receiver process that is no longer running');
+    }
+  } catch (e) {
+    // Not taking them back only means waiting for their lease.
+    logger.warn({ err: e instanceof Error ? e.message : String(e) }, 'drain: could not look for the claims of dead processes; they come back when their lease expires');
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    // EPERM: it exists, under another user.
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }

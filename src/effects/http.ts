@@ -41,6 +41,9 @@ export function describeUrl(url: string): string {
   }
 }
 
+/** Headers runHttp sets on every request: a configured header of the same name would be overwritten. */
+export const HEADERS_SET_BY_RECEIVER: readonly string[] = ['content-type', 'idempotency-key', 'x-receiver-event-id', 'x-receiver-event-type', 'x-receiver-source', 'x-receiver-attempt'];
+
 /** 408, 429 and 5xx are worth retrying; other non-2xx answers will not change. */
 export function isRetryableStatus(status: number): boolean {
   return status === 408 || status === 429 || status >= 500;

@@ -23,6 +23,24 @@ export type RoutePlan = PlannedEffect | RouteFailure;
 
 export const effectKeyOf = (route: string, businessKey: string) => `${route}:${businessKey}`;
 
+/** The route's source and event-type globs select this event (its filter not yet asked). */
+function routeSelects(route: RouteConfig, source: string, eventType: string): boolean {
+  return (route.source === '*' || route.source === source) && route.events.some((g) => globMatch(g, eventType));
+}
+
+/**
+ * At ingest: does any route apply to this delivery (source, event type, filter)? The same
+ * rule the drain applies (planEffects); an event none applies to is stored done. A filter
+ * on `{id}` (the event id, unknown before the insert) is left for the drain to decide.
+ */
+export function anyRouteApplies(routes: readonly RouteConfig[], e: { source: string; eventType: string; headers: Record<string, string>; body: Buffer }): boolean {
+  const selecting = routes.filter((r) => routeSelects(r, e.source, e.eventType));
+  if (selecting.some((r) => r.filter === undefined || Object.hasOwn(r.filter, 'id'))) return true;
+  if (selecting.length === 0) return false;
+  const ctx: TemplateContext = { body: parseBody(e.body, e.headers['content-type']), headers: e.headers, source: e.source, type: e.eventType };
+  return selecting.some((r) => matchesFilter(r.filter!, ctx));
+}
+
 /** The template context of a stored event: body parsed once, `{id}` is the event id. */
 export function templateContext(event: EffectEvent): TemplateContext & { body: unknown } {
   return { body: parseBody(event.body, event.headers['content-type']), headers: event.headers, source: event.source, type: event.eventType, id: event.id };
@@ -37,8 +55,7 @@ export function templateContext(event: EffectEvent): TemplateContext & { body: u
 export function planEffects(routes: readonly RouteConfig[], event: EffectEvent, ctx: TemplateContext = templateContext(event)): RoutePlan[] {
   const plans: RoutePlan[] = [];
   for (const route of routes) {
-    if (route.source !== '*' && route.source !== event.source) continue;
-    if (!route.events.some((g) => globMatch(g, event.eventType))) continue;
+    if (!routeSelects(route, event.source, event.eventType)) continue;
     if (route.filter !== undefined && !matchesFilter(route.filter, ctx)) continue;
     const businessKey = resolveTemplate(route.key, ctx);
     if (businessKey === undefined) {

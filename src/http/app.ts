@@ -1,5 +1,6 @@
 import { Hono, type Context } from 'hono';
 import { ReceiverError } from '../errors.js';
+import type { RouteConfig } from '../config/schema.js';
 import type { ResolvedSource } from '../providers/types.js';
 import type { IngestResult, Store } from '../store/types.js';
 import { healthHandler, ingestHealth, RETRY_AFTER_SECONDS } from './health.js';
@@ -12,6 +13,8 @@ export interface AppOptions {
   now?: () => number;
   onOutcome?: (o: DeliveryOutcome) => void;
   onAccepted?: (r: IngestResult) => void;
+  /** The configured routes: a delivery none of them applies to is stored done (see ingest.ts). */
+  routes?: readonly RouteConfig[] | undefined;
   /** Extra routes (metrics) mounted by the caller. */
   extend?: (app: Hono) => void;
   /** Unexpected errors (500s) are reported here; the client sees no detail. */

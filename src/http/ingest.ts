@@ -5,6 +5,8 @@ import { sha256Hex } from '../providers/util.js';
 import type { IngestResult, IngestStore } from '../store/types.js';
 import { readRawRequest } from './body.js';
 import { SENSITIVE_HEADERS } from '../config/secret.js';
+import type { RouteConfig } from '../config/schema.js';
+import { anyRouteApplies } from '../effects/routes.js';
 
 
 const SENSITIVE_HEADER_SET = new Set(SENSITIVE_HEADERS);
@@ -37,6 +39,8 @@ export interface IngestHandlerOptions {
   onOutcome?: (o: DeliveryOutcome) => void;
   /** Called after a new event is committed (wakes the drain). */
   onAccepted?: (r: IngestResult) => void;
+  /** The configured routes: an event none of them applies to is stored done. Absent: every event waits for the drain. */
+  routes?: readonly RouteConfig[] | undefined;
 }
 
 const OUTCOME_BY_KIND: Partial<Record<ReceiverError['kind'], DeliveryOutcome['outcome']>> = {
@@ -52,25 +56,36 @@ const OUTCOME_BY_KIND: Partial<Record<ReceiverError['kind'], DeliveryOutcome['ou
  * the exact raw bytes, delivery id, durable insert, answer. The answer is sent only
  * after the store has committed the row.
  */
+/**
+ * Text a sender chose, put in a log line or an error answer for a refused delivery (a
+ * claimed delivery id, the name of an unknown source): cut to its first 200 characters,
+ * so one request cannot write a 15,000-character log line.
+ */
+export function cutForLog(text: string): string {
+  return text.slice(0, 200);
+}
+
 function claimedDeliveryId(delivery: Delivery, source: ResolvedSource): string | undefined {
   try {
-    return source.provider.identify(delivery, source).deliveryId.slice(0, 200);
+    return cutForLog(source.provider.identify(delivery, source).deliveryId);
   } catch {
     return undefined;
   }
 }
 
-export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, onOutcome, onAccepted }: IngestHandlerOptions) {
+export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, onOutcome, onAccepted, routes }: IngestHandlerOptions) {
   return async function ingest(c: Context): Promise<Response> {
     const started = performance.now();
     const name = c.req.param('source') ?? '';
-    const report = (o: Omit<DeliveryOutcome, 'durationMs' | 'source'>) =>
-      onOutcome?.({ source: name, durationMs: performance.now() - started, ...o });
     const source = sources.get(name);
+    // A configured name is ours; an unknown one is whatever the request said.
+    const logged = source === undefined ? cutForLog(name) : name;
+    const report = (o: Omit<DeliveryOutcome, 'durationMs' | 'source'>) =>
+      onOutcome?.({ source: logged, durationMs: performance.now() - started, ...o });
     let delivery: Delivery | undefined;
     let deliveryId: string | undefined;
     try {
-      if (source === undefined) throw new ReceiverError('not_found', `no source named "${name}"`);
+      if (source === undefined) throw new ReceiverError('not_found', `no source named "${logged}"`);
       const request = await readRawRequest(c, maxBodyBytes);
       delivery = { raw: request.raw, headers: request.headers, url: request.url, now: now() };
       source.provider.verify(delivery, source);
@@ -81,11 +96,14 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
       }
       const identity = source.provider.identify(delivery, source);
       deliveryId = identity.deliveryId;
+      const headers = redactHeaders(delivery.headers, source);
+      const routed = routes === undefined || anyRouteApplies(routes, { source: name, eventType: identity.eventType, headers, body: delivery.raw });
       const result = await store.ingest({
         source: name,
         deliveryId: identity.deliveryId,
         eventType: identity.eventType,
-        headers: redactHeaders(delivery.headers, source),
+        headers,
+        routed,
         body: delivery.raw,
         bodySha256: identity.contentHash ?? sha256Hex(delivery.raw),
         extraIds: identity.extra,
@@ -94,7 +112,7 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
         onConflict: source.options.onConflict,
       });
       report({ outcome: result.outcome, status: result.status, eventId: result.eventId, deliveryId, eventType: identity.eventType });
-      if (result.outcome === 'accepted') onAccepted?.(result);
+      if (result.outcome === 'accepted' && routed) onAccepted?.(result);
       return c.body(result.body, result.status as 202, { 'content-type': 'application/json' });
     } catch (e) {
       const kind = e instanceof ReceiverError ? e.kind : 'runtime';

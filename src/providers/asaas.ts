@@ -12,6 +12,7 @@ export const asaas: Provider = {
   // Asaas counts only HTTP 200 as delivered; anything else penalises the queue.
   successStatus: 200,
   needsSecret: true,
+  fields: [],
 
   verify(d, source) {
     const token = requireHeader(d, 'asaas-access-token');

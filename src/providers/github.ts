@@ -13,6 +13,7 @@ export const github: Provider = {
   retryHorizonHours: 72,
   successStatus: 202,
   needsSecret: true,
+  fields: [],
 
   verify(d, source) {
     const sig = requireHeader(d, 'X-Hub-Signature-256');

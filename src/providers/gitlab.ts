@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { verificationError } from '../errors.js';
 import type { Provider } from './types.js';
-import { standardWebhooks, standardWebhooksKey } from './standard-webhooks.js';
+import { standardWebhooks, standardWebhooksKey, standardWebhooksKeyProblem } from './standard-webhooks.js';
 import { anyMatches, bodyHashId, header, hmac, jsonBody, stringAt } from './util.js';
 
 /**
@@ -17,12 +17,22 @@ export const gitlab: Provider = {
   retryHorizonHours: 72,
   successStatus: 202,
   needsSecret: true,
+  fields: ['toleranceSeconds', 'secretEncoding'],
+
+  /** A signing token (`whsec_...`) must decode to key bytes; a plain secret token is compared as is. */
+  keyProblem(secret, options) {
+    return secret.startsWith('whsec_') ? standardWebhooksKeyProblem(secret, options) : undefined;
+  },
 
   verify(d, source) {
     if (header(d, 'webhook-signature') !== undefined) {
       // Signed delivery: the signature covers the body, the token does not. A wrong
-      // signature is refused even when a token header is also present and right.
-      standardWebhooks.verify(d, source);
+      // signature is refused even when a token header is also present and right. Only
+      // signing tokens are keys: a plain secret token read as base64 would be a key
+      // nobody chose (and `!!!!` would be an empty one).
+      const signing = source.secrets.filter((s) => s.reveal().startsWith('whsec_'));
+      if (signing.length === 0) throw verificationError('webhook-signature sent, but this source has no signing token (whsec_...) configured');
+      standardWebhooks.verify(d, { ...source, secrets: signing });
       return;
     }
     const token = header(d, 'X-Gitlab-Token');

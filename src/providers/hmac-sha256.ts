@@ -47,11 +47,24 @@ export const hmacSha256: Provider = {
   retryHorizonHours: 72,
   successStatus: 202,
   needsSecret: true,
+  fields: ['toleranceSeconds', 'header', 'prefix', 'encoding', 'timestampHeader', 'signedPayload', 'deliveryId', 'eventType'],
 
   validate(options) {
     const problems = validateTemplates(options);
     if (options.header === undefined) problems.push('header: the generic provider needs the signature header\'s name, e.g. "X-Signature"');
     if (options.signedPayload !== undefined && !options.signedPayload.includes('{body}')) problems.push('signedPayload: must contain {body}');
+    const signsTimestamp = options.signedPayload?.includes('{timestamp}') ?? options.timestampHeader !== undefined;
+    // A signed timestamp without a header to read it from would sign ".<body>" and check
+    // no freshness; a timestamp checked but not signed can be refreshed by anyone.
+    if (signsTimestamp && options.timestampHeader === undefined) {
+      problems.push('signedPayload: uses {timestamp} but no timestampHeader is set (try: set "timestampHeader" to the header carrying the signing time)');
+    }
+    if (options.timestampHeader !== undefined && !signsTimestamp) {
+      problems.push('timestampHeader: the timestamp is checked for freshness but signedPayload does not sign it, so anyone could refresh it (try: put {timestamp} in "signedPayload" as the sender signs it)');
+    }
+    if (options.toleranceSeconds !== undefined && options.timestampHeader === undefined) {
+      problems.push('toleranceSeconds: there is no timestamp to check without "timestampHeader" (try: set "timestampHeader", or remove "toleranceSeconds")');
+    }
     return problems;
   },
 
@@ -61,12 +74,15 @@ export const hmacSha256: Provider = {
     const prefix = o.prefix ?? '';
     if (!sig.startsWith(prefix)) throw verificationError(`${o.header} must start with ${prefix}`);
     sig = sig.slice(prefix.length);
+    const template = defaultPayload(source);
+    // Never sign an empty timestamp (the configuration refuses this; the second line).
+    if (template.includes('{timestamp}') && o.timestampHeader === undefined) throw verificationError('signedPayload uses {timestamp} but no timestampHeader is configured');
     let ts: string | undefined;
     if (o.timestampHeader !== undefined) {
       ts = header(d, o.timestampHeader);
       checkTolerance(parseUnixSeconds(ts, o.timestampHeader), d, source);
     }
-    const parts = signedBytes(defaultPayload(source), ts, d.raw);
+    const parts = signedBytes(template, ts, d.raw);
     const presented = [decodeSignature(sig, o.encoding ?? 'hex')];
     if (!anyMatches(presented, source.secrets, (s) => hmac('sha256', s, ...parts))) throw verificationError('signature does not match');
   },

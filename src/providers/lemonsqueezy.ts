@@ -10,6 +10,7 @@ export const lemonsqueezy: Provider = {
   retryHorizonHours: 1,
   successStatus: 202,
   needsSecret: true,
+  fields: [],
 
   verify(d, source) {
     const presented = [decodeSignature(requireHeader(d, 'X-Signature').trim(), 'hex')];

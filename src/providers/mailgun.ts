@@ -36,6 +36,7 @@ export const mailgun: Provider = {
   retryHorizonHours: 8,
   successStatus: 200,
   needsSecret: true,
+  fields: ['toleranceSeconds'],
 
   verify(d, source) {
     const { sig } = readSignature(d);

@@ -25,6 +25,7 @@ export const mailwebhook: Provider = {
   retryHorizonHours: 72,
   successStatus: 202,
   needsSecret: true,
+  fields: ['keys', 'toleranceSeconds'],
 
   verify(d, source) {
     let t: string | undefined;

@@ -7,6 +7,7 @@ export const none: Provider = {
   retryHorizonHours: 72,
   successStatus: 202,
   needsSecret: false,
+  fields: ['deliveryId', 'eventType'],
   validate: validateTemplates,
   verify() {},
   identify: identifyByTemplate,

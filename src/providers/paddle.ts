@@ -19,6 +19,7 @@ export const paddle: Provider = {
   retryHorizonHours: 72,
   successStatus: 200,
   needsSecret: true,
+  fields: ['toleranceSeconds'],
 
   verify(d, source) {
     let ts: string | undefined;

@@ -13,6 +13,7 @@ export const shopify: Provider = {
   retryHorizonHours: 4,
   successStatus: 202,
   needsSecret: true,
+  fields: [],
 
   verify(d, source) {
     const presented = [decodeSignature(requireHeader(d, 'X-Shopify-Hmac-Sha256').trim(), 'base64')];

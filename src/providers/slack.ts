@@ -23,6 +23,7 @@ export const slack: Provider = {
   retryHorizonHours: 1,
   successStatus: 202,
   needsSecret: true,
+  fields: ['toleranceSeconds'],
 
   verify(d, source) {
     const sig = requireHeader(d, 'X-Slack-Signature');

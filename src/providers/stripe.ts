@@ -9,6 +9,7 @@ export const stripe: Provider = {
   retryHorizonHours: 72,
   successStatus: 202,
   needsSecret: true,
+  fields: ['toleranceSeconds'],
 
   verify(d, source) {
     const parts = requireHeader(d, 'Stripe-Signature').split(',');

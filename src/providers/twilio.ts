@@ -70,6 +70,7 @@ export const twilio: Provider = {
   retryHorizonHours: 1,
   successStatus: 202,
   needsSecret: true,
+  fields: ['publicUrl'],
 
   verify(d, source) {
     const presented = [decodeSignature(requireHeader(d, 'X-Twilio-Signature').trim(), 'base64')];

@@ -56,6 +56,15 @@ export interface Handshake {
   body: string;
 }
 
+/**
+ * Source fields that only some providers read. Each provider lists the ones it reads; any
+ * other set on its source is a configuration error, never silently ignored (a
+ * `timestampHeader` on a provider that never checks one would promise a freshness check
+ * that does not happen).
+ */
+export const PROVIDER_FIELDS = ['keys', 'toleranceSeconds', 'header', 'prefix', 'encoding', 'timestampHeader', 'signedPayload', 'deliveryId', 'eventType', 'secretEncoding', 'publicUrl'] as const;
+export type ProviderField = (typeof PROVIDER_FIELDS)[number];
+
 export interface Provider {
   readonly name: string;
   /** How long the sender may keep retrying one delivery. Purge must not forget younger keys. */
@@ -64,8 +73,16 @@ export interface Provider {
   readonly successStatus: number;
   /** Does this provider need a secret? Only `none` does not. */
   readonly needsSecret: boolean;
+  /** The provider-specific source fields this provider reads (see PROVIDER_FIELDS). */
+  readonly fields: readonly ProviderField[];
   /** Extra configuration checks; returns problems as `field: message` strings. */
   validate?(options: SourceConfig): string[];
+  /**
+   * Why a resolved secret gives no usable key, or undefined when it does. Checked when the
+   * configuration is loaded. Without it, a secret's key is its UTF-8 bytes, and any
+   * secret that is not blank will do.
+   */
+  keyProblem?(secret: string, options: SourceConfig): string | undefined;
   /** Throws a `verification` ReceiverError unless one secret verifies the raw bytes. */
   verify(delivery: Delivery, source: ResolvedSource): void;
   /** Throws a `payload` ReceiverError when the id must be present and is not. */

@@ -1,9 +1,15 @@
 import { createHmac, hash, timingSafeEqual } from 'node:crypto';
 import { payloadError, verificationError } from '../errors.js';
 import type { Delivery, ResolvedSource } from './types.js';
-import type { Secret } from '../config/secret.js';
+import { isBlank, type Secret } from '../config/secret.js';
 
+/**
+ * An HMAC of the parts. An empty key is refused (a verification error, so 401): with no
+ * key bytes anyone can compute the signature. The configuration refuses such secrets when
+ * it is loaded; this is the second line.
+ */
 export function hmac(algorithm: 'sha256' | 'sha1', key: string | Buffer, ...parts: (string | Buffer)[]): Buffer {
+  if (key.length === 0) throw verificationError('refusing to check a signature with an empty key');
   const h = createHmac(algorithm, key);
   for (const p of parts) h.update(p);
   return h.digest();
@@ -38,6 +44,8 @@ export function decodeSignature(text: string, encoding: 'hex' | 'base64'): Buffe
 export function anyMatches(presented: readonly Buffer[], secrets: readonly Secret[], expected: (secret: string) => Buffer): boolean {
   let ok = false;
   for (const secret of secrets) {
+    // A blank secret is no secret (the configuration refuses it; this is the second line).
+    if (isBlank(secret.reveal())) continue;
     const want = expected(secret.reveal());
     // No early exit: the time taken does not say which secret or signature matched.
     for (const p of presented) if (safeEqual(p, want)) ok = true;
@@ -46,7 +54,9 @@ export function anyMatches(presented: readonly Buffer[], secrets: readonly Secre
 }
 
 export function header(d: Delivery, name: string): string | undefined {
-  const v = d.headers[name.toLowerCase()];
+  const key = name.toLowerCase();
+  // Own properties only: a header named `constructor` must not find Object.prototype's.
+  const v = Object.hasOwn(d.headers, key) ? d.headers[key] : undefined;
   return v === undefined || v === '' ? undefined : v;
 }
 
@@ -88,7 +98,7 @@ export function requireJsonObject(d: Delivery, what: string): Record<string, unk
 export function stringAt(obj: unknown, path: readonly string[]): string | undefined {
   let cur: unknown = obj;
   for (const key of path) {
-    if (cur === null || typeof cur !== 'object') return undefined;
+    if (cur === null || typeof cur !== 'object' || !Object.hasOwn(cur, key)) return undefined;
     cur = (cur as Record<string, unknown>)[key];
   }
   if (typeof cur === 'string' && cur !== '') return cur;

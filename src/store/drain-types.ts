@@ -128,8 +128,35 @@ export type TransactionalOutcome =
   | { action: 'failed'; attemptId: number; runs: number; error: string };
 
 export interface DrainStore {
+  /**
+   * Every claim on this database is made by a process on this machine (SQLite: a database
+   * file is not shared across machines), so a claim owner's process id can be checked.
+   */
+  readonly claimsAreLocal: boolean;
+
   /** Claims the oldest due event for `owner` until `now + leaseMs`; undefined when nothing is due. */
   claimEvent(owner: string, now: number, leaseMs: number): Promise<ClaimedEvent | undefined>;
+
+  /**
+   * Claims up to `limit` due events, oldest first, in one transaction, all for `owner`
+   * until `now + leaseMs` (each claim is still guarded by its own event id and owner).
+   */
+  claimEvents(owner: string, now: number, leaseMs: number, limit: number): Promise<ClaimedEvent[]>;
+
+  /**
+   * The heartbeat: moves every lease still held to `now + leaseMs`. Leases that were taken
+   * over are left alone (their next guarded step reports them lost).
+   */
+  renewLeases(leases: readonly Lease[], now: number, leaseMs: number): Promise<void>;
+
+  /** Claimed events the drain did not start (it is stopping): back to `pending`, the claim not counted as an attempt. */
+  releaseEvents(leases: readonly Lease[]): Promise<void>;
+
+  /** The distinct owners of every current claim (`processing` events), live or expired. */
+  claimOwners(): Promise<string[]>;
+
+  /** Ends every claim whose owner starts with `ownerPrefix` at `now` (its process is known dead), so it is due at once. */
+  expireClaims(ownerPrefix: string, now: number): Promise<number>;
 
   /** The earliest time something becomes due (a retry or an expiring lease); undefined when none. */
   nextDueAt(): Promise<number | undefined>;

@@ -129,10 +129,14 @@ export interface EffectRow {
   lastError: string | null;
 }
 
+/** One differing body received for an event's delivery id (stored once; later copies counted). */
 export interface ConflictRow {
   id: number;
+  /** When this body first arrived. */
   receivedAt: number;
   bodySha256: string;
+  /** Deliveries of the same differing body since. */
+  repeats: number;
 }
 
 /** One event with everything `events show` prints. */
@@ -165,7 +169,7 @@ export interface StoreStats {
   byStatus: Record<EventStatus, number>;
   /** Sum of events.duplicates. */
   duplicates: number;
-  /** Rows in `conflicts`. */
+  /** Conflicting deliveries received: each differing body once, plus its repeats. */
   conflicts: number;
   /** One entry per source that has events. */
   sources: SourceKeyAge[];

@@ -104,8 +104,11 @@ export interface ConflictDbRow {
   id: number;
   received_at: number;
   body_sha256: string;
+  repeats: number;
 }
 
+export const CONFLICT_COLUMNS = 'id, received_at, body_sha256, repeats';
+
 export function toConflict(c: ConflictDbRow): ConflictRow {
-  return { id: c.id, receivedAt: c.received_at, bodySha256: c.body_sha256 };
+  return { id: c.id, receivedAt: c.received_at, bodySha256: c.body_sha256, repeats: c.repeats };
 }

@@ -34,6 +34,11 @@ export interface NewEvent {
   /** The status a first delivery is answered with (202, or 200 for some senders). */
   successStatus: number;
   onConflict: 'reject' | 'accept';
+  /**
+   * false: no route applies to this event (its source, type or filters), so it is stored
+   * `done` at once and the drain never sees it. Default true.
+   */
+  routed?: boolean | undefined;
 }
 
 /** The answer for one delivery, decided by the database's unique constraint. */

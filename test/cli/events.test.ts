@@ -23,6 +23,7 @@ describe('receiver events', () => {
     insertAttempt(db, ids[0]!, { attempt: 1, route: 'issue-licence', effectKey: 'issue-licence:cus_9', startedAt: t0 + 1000 });
     insertEffect(db, { effectKey: 'issue-licence:cus_9', eventId: ids[0]!, at: t0 + 1000 });
     insertConflict(db, ids[0]!, t0 + 5000);
+    insertConflict(db, ids[0]!, t0 + 6000);
   });
   afterAll(() => {
     db.close();
@@ -84,7 +85,7 @@ describe('receiver events', () => {
     expect(e.effects).toEqual([
       { effectKey: 'issue-licence:cus_9', route: 'issue-licence', businessKey: 'cus_9', status: 'done', eventId: ids[0], version: null, runs: 1, forcedRuns: 0, startedAt: new Date(t0 + 1000).toISOString(), finishedAt: new Date(t0 + 1010).toISOString(), lastError: null },
     ]);
-    expect(e.conflicts).toEqual([{ id: expect.any(Number), receivedAt: new Date(t0 + 5000).toISOString(), bodySha256: 'f'.repeat(64) }]);
+    expect(e.conflicts).toEqual([{ id: expect.any(Number), receivedAt: new Date(t0 + 5000).toISOString(), bodySha256: 'f'.repeat(64), repeats: 1 }]);
   });
 
   it('show: a body that is not UTF-8 comes as base64 with its encoding; human output prints the event', async () => {
@@ -94,6 +95,60 @@ describe('receiver events', () => {
     expect(human.code).toBe(0);
     expect(human.stdout).toContain(`event ${ids[0]}: stripe / evt_1 (invoice.paid)`);
     expect(human.stdout).toContain('issue-licence:cus_9: done, 1 run(s)');
+    // The same differing body twice: one conflict, counted.
+    expect(human.stdout).toContain(`${new Date(t0 + 5000).toISOString()} sha256 ${'f'.repeat(64)}, 1 repeat(s) since`);
+  });
+
+  describe('sender-chosen text with control characters', () => {
+    // An id that would retitle the terminal and clear the screen; C1 CSI; a bidi override.
+    const ID = 'evt_\u001b]0;pwned\u0007\u001b[2J\r\nfake line';
+    const TYPE = 'order.\u009b31mpaid';
+    const BODY = '{"note":"\u001b[31mred\u001b[0m"}\n{"second":"line"}';
+    const OUTPUT = 'licence sent to \u001b[1ma@example.com\u001b[0m\nmailer: 250 OK\n';
+    // A database of its own: the tests above see only their rows.
+    const own = tempDir();
+    let config: string;
+    let evil: number;
+    beforeAll(() => {
+      config = writeConfig(own.dir, { sources: { stripe: { provider: 'stripe', secret: 'whsec_test' } } });
+      const db = seedDb(join(own.dir, 'receiver.db'));
+      evil = insertEvent(db, { deliveryId: ID, eventType: TYPE, status: 'done', receivedAt: t0, headers: { 'x-name': 'abc\u202edcba' }, body: BODY });
+      insertAttempt(db, evil, { attempt: 1, route: 'mail', effectKey: 'mail:\u001b[8mhidden', startedAt: t0 + 1000, outcome: 'ok', output: OUTPUT });
+      db.close();
+    });
+    afterAll(own.cleanup);
+    // eslint-disable-next-line no-control-regex -- the raw control characters must not reach the terminal
+    const raw = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202e]/;
+
+    it('list and show print them escaped, never raw', async () => {
+      const list = await runCli(['events', 'list', '-c', config]);
+      expect(list.code).toBe(0);
+      expect(list.stdout).not.toMatch(raw);
+      expect(list.stdout).toContain('evt_\\x1b]0;pwned\\x07\\x1b[2J\\x0d\\x0afake line');
+      expect(list.stdout).toContain('order.\\x9b31mpaid');
+      const show = await runCli(['events', 'show', '-c', config, String(evil)]);
+      expect(show.code).toBe(0);
+      expect(show.stdout).not.toMatch(raw);
+      expect(show.stdout).toContain(`event ${evil}: stripe / evt_\\x1b]0;pwned\\x07\\x1b[2J\\x0d\\x0afake line (order.\\x9b31mpaid)`);
+      expect(show.stdout).toContain('  x-name: abc\\u202edcba');
+      // The body keeps its lines; only the controls in them are escaped.
+      expect(show.stdout).toContain('{"note":"\\x1b[31mred\\x1b[0m"}\n{"second":"line"}');
+      expect(show.stdout).toContain('mail:\\x1b[8mhidden');
+    });
+
+    it('show prints the output of a successful attempt', async () => {
+      const show = await runCli(['events', 'show', '-c', config, String(evil)]);
+      expect(show.stdout).toMatch(/#1 \S+ mail mail:\\x1b\[8mhidden ok\n {4}output:\n {6}licence sent to \\x1b\[1ma@example\.com\\x1b\[0m\n {6}mailer: 250 OK\n/);
+    });
+
+    it('--json keeps every value exact, with C1 and bidi controls escaped as \\u in the document', async () => {
+      const list = await runCli(['events', 'list', '-c', config, '--json']);
+      expect(list.stdout).not.toMatch(raw);
+      expect(JSON.parse(list.stdout)[0]).toMatchObject({ id: evil, deliveryId: ID, eventType: TYPE });
+      const show = await runCli(['events', 'show', '-c', config, String(evil), '--json']);
+      expect(show.stdout).not.toMatch(raw);
+      expect(JSON.parse(show.stdout)).toMatchObject({ deliveryId: ID, eventType: TYPE, headers: { 'x-name': 'abc\u202edcba' }, body: BODY, attemptLog: [{ output: OUTPUT, effectKey: 'mail:\u001b[8mhidden' }] });
+    });
   });
 
   it('show: an unknown id is exit 1, a malformed one exit 2', async () => {

@@ -59,7 +59,7 @@ describe('configuration', () => {
   });
 
   it('operator commands load without secrets: no env needed, and no secret is read', () => {
-    const c = resolveConfig(base({ stripe: { provider: 'stripe', secret: 'env:NOT_SET_ANYWHERE' }, gh: { provider: 'github', keys: { a: 'env:ALSO_UNSET' } } }), 'c.json', { withoutSecrets: true }, {});
+    const c = resolveConfig(base({ stripe: { provider: 'stripe', secret: 'env:NOT_SET_ANYWHERE' }, mw: { provider: 'mailwebhook', keys: { a: 'env:ALSO_UNSET' } } }), 'c.json', { withoutSecrets: true }, {});
     expect(c.sources.get('stripe')?.secrets).toEqual([]);
     expect(c.sources.get('stripe')?.retryHorizonHours).toBe(72);
   });

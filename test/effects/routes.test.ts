@@ -32,4 +32,14 @@ describe('routes', () => {
     const empty = planEffects(routes, ev('stripe', 'checkout.session.completed', { data: { object: { id: '' } } }));
     expect(empty.filter((p) => p.kind === 'failure')).toHaveLength(1);
   });
+
+  it('templates and filters read the event\'s own fields only, never what every object inherits', () => {
+    const only = (filter: RouteConfig['filter'], key = '{body.id}'): RouteConfig[] => [{ name: 'r', source: '*', events: ['*'], filter, key, effect }];
+    // The body has no "constructor": a filter asking for it to be absent matches.
+    expect(planEffects(only({ 'body.constructor': null }), ev('s', 't', { id: 'a' }))).toHaveLength(1);
+    expect(planEffects(only({ 'header.constructor': null }), ev('s', 't', { id: 'a' }))).toHaveLength(1);
+    // Present as the body's own field, it is read like any other.
+    expect(planEffects(only(undefined, '{body.constructor}'), ev('s', 't', { constructor: 'c1' }))).toMatchObject([{ kind: 'effect', businessKey: 'c1' }]);
+    expect(planEffects(only(undefined, '{body.toString}'), ev('s', 't', { id: 'a' }))).toMatchObject([{ kind: 'failure' }]);
+  });
 });

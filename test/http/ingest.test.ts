@@ -1,5 +1,6 @@
 import Database from 'better-sqlite3';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { DeliveryOutcome } from '../../src/http/ingest.js';
 import { hmac } from '../../src/providers/util.js';
 import { makeConfig, post, startApp, tempDir, type RunningApp } from '../helpers.js';
 
@@ -158,5 +159,26 @@ describe('POST /webhooks/:source (generic HMAC source, real server, real SQLite 
     const r = await fetch(`${app.url}/nothing`);
     expect(r.status).toBe(404);
     expect(await r.json()).toMatchObject({ error: 'not_found' });
+  });
+});
+
+describe('an unknown source name is text the sender chose', () => {
+  it('is cut to 200 characters in the outcome (the log line) and the 404 answer, as claimed delivery ids are', async () => {
+    const tmp = tempDir();
+    const outcomes: DeliveryOutcome[] = [];
+    const app = await startApp(makeConfig({ sources: { shop: { provider: 'hmac-sha256', header: 'X-Signature', secret: SECRET } } }, tmp.dir), { onOutcome: (o) => outcomes.push(o) });
+    try {
+      const name = 'n'.repeat(15_000);
+      const r = await post(`${app.url}/webhooks/${name}`, '{}');
+      expect(r.status).toBe(404);
+      expect(r.text.length).toBeLessThan(400);
+      expect(JSON.parse(r.text).message).toBe(`no source named "${'n'.repeat(200)}"`);
+      expect(outcomes).toHaveLength(1);
+      expect(outcomes[0]).toMatchObject({ outcome: 'not_found', status: 404, source: 'n'.repeat(200) });
+      expect(outcomes[0]!.error!.length).toBeLessThan(250);
+    } finally {
+      await app.close();
+      tmp.cleanup();
+    }
   });
 });

@@ -1,6 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'vitest';
+import { resolveConfig } from '../../src/config/load.js';
+import { isReceiverError } from '../../src/errors.js';
 import { makeConfig, post, REPO, startApp, tempDir, type RunningApp } from '../helpers.js';
 
 /** Shared helpers for the provider tests: a real server on port 0 over a real SQLite file. */
@@ -103,8 +105,15 @@ export interface SignedCase {
  */
 export async function expectVectorAndMutations(c: SignedCase, nowMs: number): Promise<{ refused: number }> {
   const sources: Record<string, Record<string, unknown>> = { v: { ...c.options, secret: c.secret } };
-  const secretPositions = positions(c.secret.length);
-  for (const i of secretPositions) sources[`s${i}`] = { ...c.options, secret: mutateString(c.secret, i) };
+  // A mutated secret that gives no usable key (a Standard Webhooks secret no longer
+  // base64) is refused when the configuration loads: refused, before any request.
+  const secretPositions = positions(c.secret.length).filter((i) => {
+    const options = { ...c.options, secret: mutateString(c.secret, i) };
+    if (refusedByConfig(options)) return false;
+    sources[`s${i}`] = options;
+    return true;
+  });
+  const refusedAtLoad = positions(c.secret.length).length - secretPositions.length;
   const h = await startSources(sources, nowMs);
   const tries: { what: string; source: string; body: Buffer; headers: Record<string, string>; query: string }[] = [];
   const q = c.query ?? '';
@@ -134,5 +143,16 @@ export async function expectVectorAndMutations(c: SignedCase, nowMs: number): Pr
   } finally {
     await h.close();
   }
-  return { refused: tries.length };
+  return { refused: tries.length + refusedAtLoad };
+}
+
+/** True when loading a source with these options is a config error naming its secret. */
+function refusedByConfig(options: Record<string, unknown>): boolean {
+  try {
+    resolveConfig({ sources: { m: options } }, 'mutation.json', {}, {});
+    return false;
+  } catch (e) {
+    if (isReceiverError(e, 'config') && /sources\.m\.secret: /.test(e.message)) return true;
+    throw e;
+  }
 }

@@ -207,6 +207,23 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await store.stats(T0)).conflicts).toBe(2);
     });
 
+    it('stores a differing body once per event and counts its repeats, sequential or in one batch', async () => {
+      const first = await store.ingest(event('d-1', '{"a":1}'));
+      // A sender repeating one conflicting delivery: every repeat is still answered 409.
+      for (let i = 1; i <= 3; i++) expect((await store.ingest(event('d-1', '{"a":2}', { receivedAt: T0 + i * SEC }))).status).toBe(409);
+      const batch = await Promise.all([event('d-1', '{"a":2}'), event('d-1', '{"a":3}'), event('d-1', '{"a":2}')].map((e) => store.ingest({ ...e, receivedAt: T0 + 9 * SEC })));
+      expect(batch.map((r) => r.outcome)).toEqual(['conflict', 'conflict', 'conflict']);
+      const shown = await store.getEvent(first.eventId);
+      expect(shown!.conflicts.map((c) => ({ receivedAt: c.receivedAt, repeats: c.repeats }))).toEqual([
+        { receivedAt: T0 + SEC, repeats: 4 },
+        { receivedAt: T0 + 9 * SEC, repeats: 0 },
+      ]);
+      const rows = await o.rows<{ n: number; bodies: number }>(`SELECT count(*) AS n, count(DISTINCT body) AS bodies FROM conflicts`);
+      expect(rows.map((r) => [Number(r.n), Number(r.bodies)])).toEqual([[2, 2]]);
+      // stats counts conflicting deliveries, repeats included.
+      expect((await store.stats(T0)).conflicts).toBe(6);
+    });
+
     it('decides one batch in arrival order: the first delivery of an id wins, later ones are duplicates or conflicts of it', async () => {
       // Submitted in one event-loop turn: one group-commit batch.
       const results = await Promise.all([
@@ -256,6 +273,14 @@ describe.each(backends)('$name store contract', (backend) => {
       await s.close(); // twice is fine
       await expect(s.ping()).rejects.toSatisfy((e) => isReceiverError(e, 'unavailable'));
       await expect(s.ingest(event('late'))).rejects.toSatisfy((e) => isReceiverError(e, 'unavailable'));
+    });
+
+    it('an event no route applies to is stored done on arrival and never claimed', async () => {
+      const r = await store.ingest(event('unrouted', undefined, { routed: false }));
+      expect(r.outcome).toBe('accepted');
+      expect(await store.getEvent(r.eventId)).toMatchObject({ status: 'done', attempts: 0, finishedAt: T0 });
+      expect(await store.claimEvents('d', T0, LEASE, 8)).toEqual([]);
+      expect((await store.ingest(event('unrouted', undefined, { routed: false }))).body).toBe(r.body);
     });
 
     it('close() finishes deliveries already submitted before it closes', async () => {
@@ -316,6 +341,41 @@ describe.each(backends)('$name store contract', (backend) => {
       expect(shown).toMatchObject({ status: 'processing', leaseOwner: 'new', lastError: null });
       expect(await store.renewLease(again!.lease, T0 + LEASE + 5, LEASE)).toBe(true);
       expect((await store.getEvent(id))!.leaseExpiresAt).toBe(T0 + LEASE + 5 + LEASE);
+    });
+
+    it('claims a batch oldest first under one owner; the heartbeat renews what is still held; unstarted claims go back uncounted', async () => {
+      const ids: number[] = [];
+      for (const d of ['a', 'b', 'c', 'd']) ids.push((await store.ingest(event(d))).eventId);
+      const batch = await store.claimEvents('batch-1', T0, LEASE, 3);
+      expect(batch.map((e) => e.id)).toEqual(ids.slice(0, 3));
+      expect(batch.every((e) => e.lease.owner === 'batch-1' && e.attempt === 1)).toBe(true);
+      expect((await store.claimEvents('batch-2', T0, LEASE, 3)).map((e) => e.id)).toEqual([ids[3]]);
+      expect(await store.claimEvents('batch-3', T0, LEASE, 3)).toEqual([]);
+
+      // The heartbeat moves every held lease forward; one taken over meanwhile is left alone.
+      await o.exec(`UPDATE events SET lease_owner = 'thief' WHERE id = ${ids[2]}`);
+      await store.renewLeases(batch.map((e) => e.lease), T0 + 20 * SEC, LEASE);
+      expect((await store.getEvent(ids[0]!))!.leaseExpiresAt).toBe(T0 + 20 * SEC + LEASE);
+      expect((await store.getEvent(ids[1]!))!.leaseExpiresAt).toBe(T0 + 20 * SEC + LEASE);
+      expect((await store.getEvent(ids[2]!))!.leaseExpiresAt).toBe(T0 + LEASE);
+
+      // Stopping before b was started: b is pending again, its claim not counted; the thief's claim stays.
+      await store.releaseEvents(batch.slice(1).map((e) => e.lease));
+      expect(await store.getEvent(ids[1]!)).toMatchObject({ status: 'pending', attempts: 0, leaseOwner: null });
+      expect(await store.getEvent(ids[2]!)).toMatchObject({ status: 'processing', leaseOwner: 'thief' });
+      expect((await store.claimEvents('batch-4', T0 + 20 * SEC, LEASE, 8)).map((e) => [e.id, e.attempt])).toEqual([[ids[1], 1]]);
+    });
+
+    it("a dead process's claims are ended by owner prefix and claimed again at once; others' are not", async () => {
+      for (const d of ['a', 'b', 'c']) await store.ingest(event(d));
+      const [a, b] = await store.claimEvents('host:41:aa#1', T0, LEASE, 2);
+      const [c] = await store.claimEvents('host:4:bb#7', T0, LEASE, 1);
+      expect((await store.claimOwners()).sort()).toEqual(['host:41:aa#1', 'host:4:bb#7']);
+      expect(await store.expireClaims('host:4:bb#', T0 + SEC)).toBe(1);
+      const again = await store.claimEvents('new#1', T0 + SEC, LEASE, 8);
+      expect(again.map((e) => [e.id, e.attempt])).toEqual([[c!.id, 2]]);
+      expect(await store.getEvent(a!.id)).toMatchObject({ status: 'processing', leaseOwner: 'host:41:aa#1' });
+      expect(await store.getEvent(b!.id)).toMatchObject({ status: 'processing', leaseOwner: 'host:41:aa#1' });
     });
 
     it('retry puts an event back until its time, bury makes it dead, complete makes it done', async () => {
@@ -454,6 +514,20 @@ describe.each(backends)('$name store contract', (backend) => {
       expect(out2).toMatchObject({ action: 'skipped' });
       expect(ran).toBe(false);
       expect((await store.getEvent(e1.id))!.effects).toMatchObject([{ status: 'done', runs: 1 }]);
+    });
+
+    it("a failed module run leaves another run's running ledger row exactly as it was", async () => {
+      // Event a started an external run of the key, then its process stalled past the lease.
+      const e1 = await claimed('a');
+      const s1 = start('licence', 'cus_1');
+      expect(await store.beginEffect(e1.lease, e1.attempt, s1, T0, LEASE)).toMatchObject({ action: 'run' });
+      const e2 = await claimed('b', 'drain-b');
+      const out = await store.runTransactionalEffect(e2.lease, e2.attempt, start('licence', 'cus_1'), async () => {
+        throw new Error('card declined');
+      }, () => T0 + LEASE, LEASE);
+      expect(out).toMatchObject({ action: 'failed', error: 'card declined' });
+      const [row] = (await store.getEvent(e1.id))!.effects;
+      expect(row).toMatchObject({ status: 'running', eventId: e1.id, runs: 1, finishedAt: null, lastError: null });
     });
 
     it("rolls the handler's writes back when it throws, and records the failure", async () => {

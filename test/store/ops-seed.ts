@@ -63,8 +63,12 @@ export function insertEvent(db: Database.Database, e: SeedEvent): number {
   return id;
 }
 
-export function insertAttempt(db: Database.Database, eventId: number, a: { attempt?: number; route?: string; effectKey?: string | null; startedAt: number; outcome?: string; error?: string | null; forced?: boolean }): void {
-  db.prepare(`INSERT INTO attempts (event_id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)`).run(
+export function insertAttempt(
+  db: Database.Database,
+  eventId: number,
+  a: { attempt?: number; route?: string; effectKey?: string | null; startedAt: number; outcome?: string; error?: string | null; output?: string | null; forced?: boolean },
+): void {
+  db.prepare(`INSERT INTO attempts (event_id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
     eventId,
     a.attempt ?? 1,
     a.route ?? 'licence',
@@ -73,6 +77,7 @@ export function insertAttempt(db: Database.Database, eventId: number, a: { attem
     a.startedAt + 10,
     a.outcome ?? 'ok',
     a.error ?? null,
+    a.output ?? null,
     a.forced === true ? 1 : 0,
   );
 }
@@ -90,9 +95,13 @@ export function insertEffect(db: Database.Database, e: { effectKey: string; even
   );
 }
 
+/** A conflicting delivery of the event, as ingest records it: a repeat of the same body is counted. */
 export function insertConflict(db: Database.Database, eventId: number, at: number): void {
   const ev = db.prepare(`SELECT source, delivery_id FROM events WHERE id = ?`).get(eventId) as { source: string; delivery_id: string };
-  db.prepare(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?)`).run(
+  db.prepare(
+    `INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?)
+     ON CONFLICT (event_id, body_sha256) DO UPDATE SET repeats = repeats + 1`,
+  ).run(
     eventId,
     ev.source,
     ev.delivery_id,

@@ -5,7 +5,7 @@ import type { EffectDb } from '../../src/store/drain-types.js';
 import { openStore } from '../../src/store/open.js';
 import { postgresError } from '../../src/store/postgres/errors.js';
 import { PostgresStore } from '../../src/store/postgres/index.js';
-import { LATEST_VERSION } from '../../src/store/postgres/migrations.js';
+import { LATEST_VERSION, migrations } from '../../src/store/postgres/migrations.js';
 import { openSqlite } from '../../src/store/sqlite/open.js';
 import type { NewEvent } from '../../src/store/types.js';
 import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
@@ -63,6 +63,22 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
       expect(versions.map((v) => v.version)).toEqual(Array.from({ length: LATEST_VERSION }, (_, i) => i + 1));
       await (await PostgresStore.open(db.url, { busyTimeoutMs: 5000 })).close();
       expect(await db.query('SELECT version FROM schema_version')).toHaveLength(LATEST_VERSION);
+    });
+
+    it('version 2 folds the conflict rows version 1 kept per repeat into one per differing body, counting the rest', async () => {
+      const db = await fresh();
+      await db.query('CREATE TABLE schema_version (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())');
+      await db.query(migrations.find((m) => m.version === 1)!.sql);
+      await db.query(`INSERT INTO schema_version (version, name) VALUES (1, 'initial')`);
+      await db.query(`INSERT INTO events (source, delivery_id, event_type, received_at, body_sha256, response_status, next_attempt_at) VALUES ('s', 'd', 't', 1, 'a', 202, 1)`);
+      for (const [at, sha] of [[10, 'b'], [11, 'c'], [12, 'b'], [13, 'b']] as const) {
+        await db.query(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, body) SELECT id, 's', 'd', $1, $2, $3 FROM events`, [at, sha, Buffer.from(sha)]);
+      }
+      await (await PostgresStore.open(db.url, { busyTimeoutMs: 5000 })).close();
+      expect(await db.query(`SELECT received_at::int AS received_at, body_sha256, repeats FROM conflicts ORDER BY id`)).toEqual([
+        { received_at: 10, body_sha256: 'b', repeats: 2 },
+        { received_at: 11, body_sha256: 'c', repeats: 0 },
+      ]);
     });
 
     it('refuses a database written by a newer receiver and leaves it untouched', async () => {

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import Database from 'better-sqlite3';
 import { dumpSchema, openSqlite } from '../../src/store/sqlite/open.js';
-import { LATEST_VERSION } from '../../src/store/sqlite/migrations.js';
+import { LATEST_VERSION, migrations } from '../../src/store/sqlite/migrations.js';
 import { REPO, tempDir } from '../helpers.js';
 
 describe('SQLite schema and migrations', () => {
@@ -41,6 +41,24 @@ describe('SQLite schema and migrations', () => {
     openSqlite(file, { busyTimeoutMs: 100 }).close();
     const db = openSqlite(file, { busyTimeoutMs: 100 });
     expect(db.pragma('user_version', { simple: true })).toBe(LATEST_VERSION);
+    db.close();
+  });
+
+  it('version 2 folds the conflict rows a version 1 file kept per repeat into one per differing body, counting the rest', () => {
+    const file = join(tmp.dir, 'v1.db');
+    const raw = new Database(file);
+    raw.exec(migrations.find((m) => m.version === 1)!.sql);
+    raw.pragma('user_version = 1');
+    raw.prepare(`INSERT INTO events (source, delivery_id, event_type, received_at, body_sha256, response_status, next_attempt_at) VALUES ('s', 'd', 't', 1, 'a', 202, 1)`).run();
+    const conflict = raw.prepare(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, body) VALUES (1, 's', 'd', ?, ?, ?)`);
+    for (const [at, sha] of [[10, 'b'], [11, 'c'], [12, 'b'], [13, 'b']] as const) conflict.run(at, sha, Buffer.from(sha));
+    raw.close();
+    const db = openSqlite(file, { busyTimeoutMs: 100 });
+    expect(db.pragma('user_version', { simple: true })).toBe(LATEST_VERSION);
+    expect(db.prepare(`SELECT received_at, body_sha256, repeats FROM conflicts ORDER BY id`).all()).toEqual([
+      { received_at: 10, body_sha256: 'b', repeats: 2 },
+      { received_at: 11, body_sha256: 'c', repeats: 0 },
+    ]);
     db.close();
   });
 });

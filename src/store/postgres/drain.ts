@@ -22,23 +22,29 @@ import { CLAIM_COLUMNS, toClaimed, toLedger, type ClaimDbRow, type LedgerDbRow }
  * that key, so two processes never both decide to run it. Each process stays serial.
  */
 
-// The oldest due event in arrival (id) order: pending and due, or processing under an
+// The oldest due events in arrival (id) order: pending and due, or processing under an
 // expired lease (a crashed or stalled drain's claim). Rows locked by another drain's claim
-// (or by an ingest batch counting a duplicate) are skipped, not waited for; a row whose
-// claim committed meanwhile no longer matches and is skipped too. One statement: the claim
-// is atomic, so two drains never hold one event.
+// (or by an ingest batch counting a duplicate, or by a module effect's transaction) are
+// skipped, not waited for; a row whose claim committed meanwhile no longer matches and is
+// skipped too. One statement: the claim is atomic, so two drains never hold one event.
 const CLAIM = `WITH
   due AS (SELECT id FROM events WHERE status = 'pending' AND next_attempt_at <= $3
-          ORDER BY id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED),
+          ORDER BY id LIMIT $4 FOR NO KEY UPDATE SKIP LOCKED),
   expired AS (SELECT id FROM events WHERE status = 'processing' AND lease_expires_at <= $3
-          ORDER BY id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED)
+          ORDER BY id LIMIT $4 FOR NO KEY UPDATE SKIP LOCKED),
+  chosen AS (SELECT id FROM due UNION ALL SELECT id FROM expired ORDER BY id LIMIT $4)
   UPDATE events SET status = 'processing', lease_owner = $1, lease_expires_at = $2, attempts = attempts + 1
-  WHERE id = least((SELECT id FROM due), (SELECT id FROM expired))
+  WHERE id IN (SELECT id FROM chosen)
   RETURNING ${CLAIM_COLUMNS}`;
 
+export async function claimEvents(c: Conn, owner: string, now: number, leaseMs: number, limit: number): Promise<ClaimedEvent[]> {
+  const { rows } = await c.query<ClaimDbRow>('claim events', CLAIM, [owner, now + leaseMs, now, limit]);
+  // RETURNING gives no order: the drain runs them oldest first.
+  return rows.map(toClaimed).sort((a, b) => a.id - b.id);
+}
+
 export async function claimEvent(c: Conn, owner: string, now: number, leaseMs: number): Promise<ClaimedEvent | undefined> {
-  const { rows } = await c.query<ClaimDbRow>('claim event', CLAIM, [owner, now + leaseMs, now]);
-  return rows[0] === undefined ? undefined : toClaimed(rows[0]);
+  return (await claimEvents(c, owner, now, leaseMs, 1))[0];
 }
 
 // least() ignores NULLs: the earlier of the next retry and the next lease expiry.
@@ -61,6 +67,41 @@ async function renewIn(q: PoolClient, lease: Lease, until: number): Promise<bool
 
 export async function renewLease(c: Conn, lease: Lease, now: number, leaseMs: number): Promise<boolean> {
   return (await c.query('renew lease', RENEW, [now + leaseMs, lease.eventId, lease.owner])).rowCount === 1;
+}
+
+// The heartbeat. A row locked by this drain's own module effect transaction is skipped, not
+// waited for: while it is locked no other drain can claim it (claims skip locked rows), and
+// that transaction renewed its lease when it began.
+const RENEW_MANY = `UPDATE events SET lease_expires_at = $1
+  WHERE id IN (SELECT e.id FROM events e JOIN unnest($2::bigint[], $3::text[]) AS l(id, owner)
+               ON e.id = l.id AND e.lease_owner = l.owner
+               WHERE e.status = 'processing' FOR NO KEY UPDATE OF e SKIP LOCKED)`;
+
+export async function renewLeases(c: Conn, leases: readonly Lease[], now: number, leaseMs: number): Promise<void> {
+  if (leases.length === 0) return;
+  await c.query('renew leases', RENEW_MANY, [now + leaseMs, leases.map((l) => l.eventId), leases.map((l) => l.owner)]);
+}
+
+const RELEASE = `UPDATE events SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = greatest(attempts - 1, 0)
+  WHERE status = 'processing' AND (id, lease_owner) IN (SELECT * FROM unnest($1::bigint[], $2::text[]))`;
+
+export async function releaseEvents(c: Conn, leases: readonly Lease[]): Promise<void> {
+  if (leases.length === 0) return;
+  await c.query('release events', RELEASE, [leases.map((l) => l.eventId), leases.map((l) => l.owner)]);
+}
+
+export async function claimOwners(c: Conn): Promise<string[]> {
+  const { rows } = await c.query<{ owner: string }>('claim owners', `SELECT DISTINCT lease_owner AS owner FROM events WHERE status = 'processing' AND lease_owner IS NOT NULL`);
+  return rows.map((r) => r.owner);
+}
+
+export async function expireClaims(c: Conn, ownerPrefix: string, now: number): Promise<number> {
+  const { rowCount } = await c.query(
+    'expire claims',
+    `UPDATE events SET lease_expires_at = $1 WHERE status = 'processing' AND left(lease_owner, length($2)) = $2 AND lease_expires_at > $1`,
+    [now, ownerPrefix],
+  );
+  return rowCount ?? 0;
 }
 
 /** A constant first key for pg_advisory_xact_lock(int, int): the effect-key lock space. */

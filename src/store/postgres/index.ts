@@ -18,6 +18,8 @@ import * as ops from './ops.js';
  */
 export class PostgresStore implements Store {
   readonly backend = 'postgres';
+  /** Receivers on several machines may share the database: a claim owner's process cannot be checked from here. */
+  readonly claimsAreLocal = false;
   readonly #conn: Conn;
   readonly #group: GroupCommit<NewEvent, IngestResult>;
   #closing = false;
@@ -53,6 +55,21 @@ export class PostgresStore implements Store {
   // DrainStore (claims, leases, the effect ledger): see ./drain.ts.
   claimEvent(owner: string, now: number, leaseMs: number) {
     return drain.claimEvent(this.#conn, owner, now, leaseMs);
+  }
+  claimEvents(owner: string, now: number, leaseMs: number, limit: number) {
+    return drain.claimEvents(this.#conn, owner, now, leaseMs, limit);
+  }
+  renewLeases(leases: readonly Lease[], now: number, leaseMs: number) {
+    return drain.renewLeases(this.#conn, leases, now, leaseMs);
+  }
+  releaseEvents(leases: readonly Lease[]) {
+    return drain.releaseEvents(this.#conn, leases);
+  }
+  claimOwners() {
+    return drain.claimOwners(this.#conn);
+  }
+  expireClaims(ownerPrefix: string, now: number) {
+    return drain.expireClaims(this.#conn, ownerPrefix, now);
   }
   nextDueAt() {
     return drain.nextDueAt(this.#conn);

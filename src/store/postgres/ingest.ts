@@ -98,13 +98,26 @@ async function answerExisting(conn: Conn, items: readonly NewEvent[], rest: numb
         [...duplicates.values()],
       ]);
     }
-    for (const chunk of chunks(conflicts, (c) => c.event)) {
+    // One row per differing body of an event, its repeats counted. Repeats within this
+    // batch are folded first: one statement may not update the same row twice.
+    const bodies = new Map<string, { row: ExistingRow; event: NewEvent; repeats: number }>();
+    for (const { row, event } of conflicts) {
+      const key = `${row.id}\u0000${event.bodySha256}`;
+      const seen = bodies.get(key);
+      if (seen === undefined) bodies.set(key, { row, event, repeats: 0 });
+      else seen.repeats += 1;
+    }
+    for (const chunk of chunks([...bodies.values()], (c) => c.event)) {
       const params: unknown[] = [];
-      const values = chunk.map(({ row, event: e }) => {
-        const n = params.push(row.id, e.source, e.deliveryId, e.receivedAt, e.bodySha256, JSON.stringify(e.headers), e.body);
-        return `($${n - 6}, $${n - 5}, $${n - 4}, $${n - 3}, $${n - 2}, $${n - 1}, $${n})`;
+      const values = chunk.map(({ row, event: e, repeats }) => {
+        const n = params.push(row.id, e.source, e.deliveryId, e.receivedAt, e.bodySha256, JSON.stringify(e.headers), e.body, repeats);
+        return `($${n - 7}, $${n - 6}, $${n - 5}, $${n - 4}, $${n - 3}, $${n - 2}, $${n - 1}, $${n})`;
       });
-      await client.query(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES ${values.join(', ')}`, params);
+      await client.query(
+        `INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body, repeats) VALUES ${values.join(', ')}
+         ON CONFLICT (event_id, body_sha256) DO UPDATE SET repeats = conflicts.repeats + excluded.repeats + 1`,
+        params,
+      );
     }
   });
 }
@@ -116,17 +129,17 @@ function compareItems(a: NewEvent, b: NewEvent): number {
   return 0;
 }
 
-const COLUMNS = 12;
+const COLUMNS = 14;
 
 function insertSql(rows: number): string {
   const values: string[] = [];
   for (let r = 0; r < rows; r++) {
     const p = (c: number) => `$${r * COLUMNS + c}`;
-    values.push(`(${p(1)}, ${p(2)}, ${p(3)}, ${p(4)}, 'pending', ${p(5)}, ${p(6)}, ${p(7)}, ${p(8)}, ${p(9)}, ${p(10)}, ${p(11)}, ${p(12)})`);
+    values.push(`(${p(1)}, ${p(2)}, ${p(3)}, ${p(4)}, ${p(13)}, ${p(5)}, ${p(6)}, ${p(7)}, ${p(8)}, ${p(9)}, ${p(10)}, ${p(11)}, ${p(12)}, ${p(14)})`);
   }
   // OVERRIDING SYSTEM VALUE: the ids were drawn from the identity's own sequence above.
   return `INSERT INTO events
-    (id, source, delivery_id, event_type, status, received_at, headers, body, body_sha256, extra_ids, response_status, response_body, next_attempt_at)
+    (id, source, delivery_id, event_type, status, received_at, headers, body, body_sha256, extra_ids, response_status, response_body, next_attempt_at, finished_at)
     OVERRIDING SYSTEM VALUE
     VALUES ${values.join(', ')}
     ON CONFLICT (source, delivery_id) DO NOTHING
@@ -149,6 +162,9 @@ function insertParams(chunk: readonly { event: NewEvent; id: number }[]): unknow
     acceptedAnswer(id),
     // Due as soon as it is received.
     e.receivedAt,
+    // An event no route applies to is done on arrival: the drain never has to look at it.
+    e.routed === false ? 'done' : 'pending',
+    e.routed === false ? e.receivedAt : null,
   ]);
 }
 

@@ -98,6 +98,20 @@ CREATE INDEX attempts_event ON attempts (event_id);
 CREATE INDEX attempts_effect ON attempts (effect_key);
 `,
   },
+  {
+    version: 2,
+    name: 'conflict repeats',
+    // As SQLite's version 2: each differing body once per event, its repeats counted.
+    sql: `
+ALTER TABLE conflicts ADD COLUMN repeats integer NOT NULL DEFAULT 0;
+UPDATE conflicts AS c SET repeats = d.n - 1
+  FROM (SELECT min(id) AS id, count(*) AS n FROM conflicts GROUP BY event_id, body_sha256) AS d
+  WHERE c.id = d.id AND d.n > 1;
+DELETE FROM conflicts WHERE id NOT IN (SELECT min(id) FROM conflicts GROUP BY event_id, body_sha256);
+DROP INDEX conflicts_event;
+CREATE UNIQUE INDEX conflicts_event_body ON conflicts (event_id, body_sha256);
+`,
+  },
 ];
 
 export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

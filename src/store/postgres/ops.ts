@@ -16,6 +16,7 @@ import type { Conn } from './conn.js';
 import type { PoolClient } from './open.js';
 import {
   ATTEMPT_COLUMNS,
+  CONFLICT_COLUMNS,
   DETAIL_COLUMNS,
   EFFECT_COLUMNS,
   SUMMARY_COLUMNS,
@@ -184,7 +185,7 @@ export async function getEvent(c: Conn, eventId: number): Promise<EventDetail | 
          WHERE effect_key IN (SELECT effect_key FROM attempts WHERE event_id = $1 AND effect_key IS NOT NULL) OR event_id = $1 ORDER BY effect_key`,
         [eventId],
       );
-      const conflicts = await client.query<ConflictDbRow>(`SELECT id, received_at, body_sha256 FROM conflicts WHERE event_id = $1 ORDER BY id`, [eventId]);
+      const conflicts = await client.query<ConflictDbRow>(`SELECT ${CONFLICT_COLUMNS} FROM conflicts WHERE event_id = $1 ORDER BY id`, [eventId]);
       return {
         ...toSummary(r),
         headers: r.headers,
@@ -226,7 +227,7 @@ export async function stats(c: Conn, now: number): Promise<StoreStats> {
           s.events += g.n;
         }
       }
-      const conflicts = await client.query<{ n: number }>(`SELECT count(*) AS n FROM conflicts`);
+      const conflicts = await client.query<{ n: number }>(`SELECT coalesce(sum(1 + repeats), 0)::bigint AS n FROM conflicts`);
       const stuck = await client.query<{ n: number; oldest: number | null }>(
         `SELECT count(*) AS n, min(lease_expires_at) AS oldest FROM events WHERE status = 'processing' AND lease_expires_at < $1`,
         [now],

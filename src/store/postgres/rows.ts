@@ -2,7 +2,7 @@ import type { ClaimedEvent, LedgerRow } from '../drain-types.js';
 import { SUMMARY_COLUMNS, type EventSummaryRow } from '../rows.js';
 
 // Rows both stores return alike are converted in ../rows.ts; the PostgreSQL-only ones here.
-export { ATTEMPT_COLUMNS, EFFECT_COLUMNS, SUMMARY_COLUMNS, toAttempt, toConflict, toEffect, toSummary } from '../rows.js';
+export { ATTEMPT_COLUMNS, CONFLICT_COLUMNS, EFFECT_COLUMNS, SUMMARY_COLUMNS, toAttempt, toConflict, toEffect, toSummary } from '../rows.js';
 export type { AttemptDbRow, ConflictDbRow, EffectDbRow } from '../rows.js';
 
 /**

@@ -14,6 +14,7 @@ import type {
 } from '../drain-types.js';
 import { isBusy, sqliteError } from './errors.js';
 import type { Db } from './open.js';
+import type { WalSync } from './wal-sync.js';
 
 /**
  * The drain's SQLite operations, one small function each, on the drain's own connection
@@ -25,6 +26,17 @@ export interface DrainConnection {
   db: Db;
   /** How long a drain write waits for another process's write lock before failing. */
   busyTimeoutMs: number;
+  /**
+   * `serve`: the connection commits with synchronous=NORMAL and durability is explicit (see
+   * wal-sync.ts): awaited before an external effect acts, soon after everything else.
+   * Absent: synchronous=FULL, every commit durable when it returns (CLI, tests).
+   */
+  wal?: WalSync | undefined;
+}
+
+/** After a commit whose loss in a power cut would only repeat work (claims, settles, module effects). */
+function durableSoon(c: DrainConnection): void {
+  c.wal?.syncSoon();
 }
 
 const cache = new WeakMap<Db, Map<string, Statement>>();
@@ -78,24 +90,22 @@ interface EventRow {
   lease_expires_at: number;
 }
 
-// The oldest due event in arrival order: pending and due, or processing under an expired
+// The oldest due events in arrival order: pending and due, or processing under an expired
 // lease (a crashed or stalled drain's claim). One UPDATE: the claim is atomic under the
 // write lock, so two drains never hold one event. INDEXED BY: without statistics SQLite
-// may answer min(id) by walking every finished event in rowid order.
+// may answer "the smallest ids" by walking every finished event in rowid order.
 const CLAIM = `UPDATE events
   SET status = 'processing', lease_owner = ?, lease_expires_at = ?, attempts = attempts + 1
-  WHERE id = (
-    SELECT min(id) FROM (
-      SELECT min(id) AS id FROM events INDEXED BY events_pending WHERE status = 'pending' AND next_attempt_at <= ?
+  WHERE id IN (
+    SELECT id FROM (
+      SELECT id FROM (SELECT id FROM events INDEXED BY events_pending WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY id LIMIT ?)
       UNION ALL
-      SELECT min(id) AS id FROM events INDEXED BY events_leased WHERE status = 'processing' AND lease_expires_at <= ?
-    )
+      SELECT id FROM (SELECT id FROM events INDEXED BY events_leased WHERE status = 'processing' AND lease_expires_at <= ? ORDER BY id LIMIT ?)
+    ) ORDER BY id LIMIT ?
   )
   RETURNING id, source, delivery_id, event_type, headers, body, received_at, attempts, force_effects, lease_owner, lease_expires_at`;
 
-export async function claimEvent(c: DrainConnection, owner: string, now: number, leaseMs: number): Promise<ClaimedEvent | undefined> {
-  const row = await immediate(c, 'claim event', () => stmt(c.db, CLAIM).get(owner, now + leaseMs, now, now) as EventRow | undefined);
-  if (row === undefined) return undefined;
+function toClaimed(row: EventRow): ClaimedEvent {
   return {
     id: row.id,
     source: row.source,
@@ -108,6 +118,17 @@ export async function claimEvent(c: DrainConnection, owner: string, now: number,
     forceEffects: row.force_effects === 1,
     lease: { eventId: row.id, owner: row.lease_owner, expiresAt: row.lease_expires_at },
   };
+}
+
+export async function claimEvents(c: DrainConnection, owner: string, now: number, leaseMs: number, limit: number): Promise<ClaimedEvent[]> {
+  const rows = await immediate(c, 'claim events', () => stmt(c.db, CLAIM).all(owner, now + leaseMs, now, limit, now, limit, limit) as EventRow[]);
+  if (rows.length > 0) durableSoon(c);
+  // RETURNING gives no order: the drain runs them oldest first.
+  return rows.map(toClaimed).sort((a, b) => a.id - b.id);
+}
+
+export async function claimEvent(c: DrainConnection, owner: string, now: number, leaseMs: number): Promise<ClaimedEvent | undefined> {
+  return (await claimEvents(c, owner, now, leaseMs, 1))[0];
 }
 
 const NEXT_DUE = `SELECT min(t) AS t FROM (
@@ -134,6 +155,51 @@ function renewIn(c: DrainConnection, lease: Lease, until: number): boolean {
 
 export async function renewLease(c: DrainConnection, lease: Lease, now: number, leaseMs: number): Promise<boolean> {
   return immediate(c, 'renew lease', () => renewIn(c, lease, now + leaseMs));
+}
+
+// Every claim of one claim batch shares its owner: a module effect's transaction renews them
+// all when it ends, since the heartbeat cannot write while that transaction is open.
+const RENEW_BATCH = `UPDATE events SET lease_expires_at = ? WHERE status = 'processing' AND lease_owner = ?`;
+
+export async function renewLeases(c: DrainConnection, leases: readonly Lease[], now: number, leaseMs: number): Promise<void> {
+  if (leases.length === 0) return;
+  // A module effect's transaction is open on this connection: it holds the write lock, so no
+  // other drain can take a claim meanwhile, and it renews the batch's claims when it ends.
+  if (c.db.inTransaction) return;
+  await immediate(c, 'renew leases', () => {
+    for (const lease of leases) renewIn(c, lease, now + leaseMs);
+  });
+}
+
+const RELEASE = `UPDATE events SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = max(attempts - 1, 0)
+  WHERE ${HELD}`;
+
+export async function releaseEvents(c: DrainConnection, leases: readonly Lease[]): Promise<void> {
+  if (leases.length === 0) return;
+  await immediate(c, 'release events', () => {
+    for (const lease of leases) stmt(c.db, RELEASE).run(lease.eventId, lease.owner);
+  });
+  durableSoon(c);
+}
+
+const CLAIM_OWNERS = `SELECT DISTINCT lease_owner AS owner FROM events INDEXED BY events_leased WHERE status = 'processing' AND lease_owner IS NOT NULL`;
+
+export async function claimOwners(c: DrainConnection): Promise<string[]> {
+  try {
+    return (stmt(c.db, CLAIM_OWNERS).all() as { owner: string }[]).map((r) => r.owner);
+  } catch (e) {
+    throw sqliteError(e, 'claim owners');
+  }
+}
+
+// substr, not LIKE: a host name may hold LIKE's wildcards.
+const EXPIRE_CLAIMS = `UPDATE events SET lease_expires_at = ?
+  WHERE status = 'processing' AND substr(lease_owner, 1, length(?)) = ? AND lease_expires_at > ?`;
+
+export async function expireClaims(c: DrainConnection, ownerPrefix: string, now: number): Promise<number> {
+  const n = await immediate(c, 'expire claims', () => stmt(c.db, EXPIRE_CLAIMS).run(now, ownerPrefix, ownerPrefix, now).changes);
+  durableSoon(c);
+  return n;
 }
 
 interface LedgerDbRow {
@@ -194,7 +260,7 @@ const MARK_RUNNING = `INSERT INTO effects (effect_key, route, business_key, stat
     forced_runs = forced_runs + excluded.forced_runs`;
 
 export async function beginEffect(c: DrainConnection, lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number): Promise<EffectDecision> {
-  return immediate(c, 'begin effect', (): EffectDecision => {
+  const decision = await immediate(c, 'begin effect', (): EffectDecision => {
     if (!renewIn(c, lease, now + leaseMs)) return { action: 'lost' };
     const row = ledgerRow(c, lease.eventId, start.effectKey, now);
     const decision = decideEffect(row, start);
@@ -205,6 +271,18 @@ export async function beginEffect(c: DrainConnection, lease: Lease, attempt: num
     const attemptId = insertAttempt(c, { eventId: lease.eventId, attempt, route: start.route, effectKey: start.effectKey, startedAt: now, finishedAt: null, outcome: 'running', forced });
     return { action: 'run', attemptId, runs: (row?.runs ?? 0) + 1, wasDone };
   });
+  // The running mark is on disk before the effect acts: after a power cut too, a repeat is counted.
+  if (decision.action === 'run') await syncNow(c, 'begin effect');
+  else durableSoon(c);
+  return decision;
+}
+
+async function syncNow(c: DrainConnection, what: string): Promise<void> {
+  try {
+    await c.wal?.sync();
+  } catch (e) {
+    throw sqliteError(e, what);
+  }
 }
 
 const FINISH_ATTEMPT = `UPDATE attempts SET finished_at = ?, outcome = ?, error = ?, output = ? WHERE id = ?`;
@@ -227,6 +305,7 @@ export async function finishEffect(c: DrainConnection, f: EffectFinish, now: num
       stmt(c.db, EFFECT_FAILED).run(f.wasDone ? 'done' : 'failed', now, f.error ?? null, f.effectKey, f.runToken);
     }
   });
+  durableSoon(c);
 }
 
 const MARK_DONE_TX = `INSERT INTO effects (effect_key, route, business_key, status, event_id, version, runs, run_token, started_at, finished_at, forced_runs)
@@ -237,9 +316,10 @@ const MARK_DONE_TX = `INSERT INTO effects (effect_key, route, business_key, stat
 const MARK_FAILED_TX = `INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, started_at, finished_at, last_error)
   VALUES (?, ?, ?, 'failed', ?, 0, ?, ?, ?)
   ON CONFLICT (effect_key) DO UPDATE SET
-    -- Never over another run's state: a done key stays done, a running one stays running.
-    status = CASE WHEN status IN ('done', 'running') THEN status ELSE 'failed' END,
-    finished_at = excluded.finished_at, last_error = excluded.last_error`;
+    -- A done key stays done; a running row is another run's (an external effect's), left to it.
+    status = CASE WHEN status = 'done' THEN 'done' ELSE 'failed' END,
+    finished_at = excluded.finished_at, last_error = excluded.last_error
+  WHERE status <> 'running'`;
 
 const TX_CONTROL = /^\s*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b/i;
 
@@ -298,6 +378,7 @@ export async function runTransactionalEffect(
     if (decision !== 'run') {
       const d = recordNonRun(c, lease, attempt, start, row!, decision, startedAt);
       c.db.exec('COMMIT');
+      durableSoon(c);
       return d as TransactionalOutcome;
     }
   } catch (e) {
@@ -326,7 +407,9 @@ export async function runTransactionalEffect(
         start.runToken, startedAt, finishedAt, forced ? 1 : 0,
       );
       const attemptId = insertAttempt(c, { eventId: lease.eventId, attempt, route: start.route, effectKey: start.effectKey, startedAt, finishedAt, outcome: 'ok', forced });
+      stmt(c.db, RENEW_BATCH).run(finishedAt + leaseMs, lease.owner);
       c.db.exec('COMMIT');
+      durableSoon(c);
       return { action: 'ok', attemptId, runs: (row?.runs ?? 0) + 1 };
     } catch (e) {
       // Nothing committed: the handler's writes are gone with the ledger row, and the
@@ -342,8 +425,10 @@ export async function runTransactionalEffect(
   const finishedAt = now();
   const attemptId = await immediate(c, 'record module failure', () => {
     stmt(c.db, MARK_FAILED_TX).run(start.effectKey, start.route, start.businessKey, lease.eventId, startedAt, finishedAt, error);
+    stmt(c.db, RENEW_BATCH).run(finishedAt + leaseMs, lease.owner);
     return insertAttempt(c, { eventId: lease.eventId, attempt, route: start.route, effectKey: start.effectKey, startedAt, finishedAt, outcome: 'failed', error, forced });
   });
+  durableSoon(c);
   return { action: 'failed', attemptId, runs: row?.runs ?? 0, error };
 }
 
@@ -351,6 +436,7 @@ export async function recordAttempt(c: DrainConnection, r: AttemptRecord): Promi
   await immediate(c, 'record attempt', () =>
     insertAttempt(c, { eventId: r.eventId, attempt: r.attempt, route: r.route, effectKey: r.effectKey ?? null, startedAt: r.startedAt, finishedAt: r.finishedAt, outcome: r.outcome, error: r.error }),
   );
+  durableSoon(c);
 }
 
 // Each outcome applies only while the caller still holds the lease: a drain whose claim
@@ -362,14 +448,21 @@ const RETRY = `UPDATE events SET status = 'pending', next_attempt_at = ?, last_e
 const BURY = `UPDATE events SET status = 'dead', finished_at = ?, last_error = ?, lease_owner = NULL,
   lease_expires_at = NULL WHERE ${HELD}`;
 
-export async function completeEvent(c: DrainConnection, lease: Lease, now: number): Promise<boolean> {
-  return immediate(c, 'complete event', () => stmt(c.db, COMPLETE).run(now, lease.eventId, lease.owner).changes === 1);
+/** One settle statement, guarded by the lease; true when it applied. */
+async function settle(c: DrainConnection, what: string, sql: string, params: readonly unknown[]): Promise<boolean> {
+  const held = await immediate(c, what, () => stmt(c.db, sql).run(...params).changes === 1);
+  durableSoon(c);
+  return held;
 }
 
-export async function retryEvent(c: DrainConnection, lease: Lease, error: string, nextAttemptAt: number): Promise<boolean> {
-  return immediate(c, 'retry event', () => stmt(c.db, RETRY).run(nextAttemptAt, error, lease.eventId, lease.owner).changes === 1);
+export function completeEvent(c: DrainConnection, lease: Lease, now: number): Promise<boolean> {
+  return settle(c, 'complete event', COMPLETE, [now, lease.eventId, lease.owner]);
 }
 
-export async function buryEvent(c: DrainConnection, lease: Lease, error: string, now: number): Promise<boolean> {
-  return immediate(c, 'bury event', () => stmt(c.db, BURY).run(now, error, lease.eventId, lease.owner).changes === 1);
+export function retryEvent(c: DrainConnection, lease: Lease, error: string, nextAttemptAt: number): Promise<boolean> {
+  return settle(c, 'retry event', RETRY, [nextAttemptAt, error, lease.eventId, lease.owner]);
+}
+
+export function buryEvent(c: DrainConnection, lease: Lease, error: string, now: number): Promise<boolean> {
+  return settle(c, 'bury event', BURY, [now, error, lease.eventId, lease.owner]);
 }

@@ -10,6 +10,7 @@ import type { ListEventsQuery, ReplayOptions } from '../ops-types.js';
 import { IngestThread } from './ingest-thread.js';
 import { openSqlite, type Db } from './open.js';
 import { queueStats } from './queue-stats.js';
+import { WalSync } from './wal-sync.js';
 
 /** Batches posted to the ingest worker before the first has committed (3 was slower at 64 connections). */
 export const INGEST_BATCHES_IN_FLIGHT = 2;
@@ -19,7 +20,10 @@ export interface SqliteStoreOptions {
   busyTimeoutMs: number;
   /** Long-running processes (serve) keep the thread free: SQLite's own wait is capped at this. */
   blockingBusyMs?: number;
-  /** serve: commit ingest batches in a worker thread, so fsync never stalls the event loop. */
+  /**
+   * serve: commit ingest batches in a worker thread, and make every commit's fsync explicit
+   * and off the event loop (synchronous=NORMAL plus WalSync, see wal-sync.ts).
+   */
   ingestThread?: boolean;
 }
 
@@ -29,6 +33,8 @@ export interface SqliteStoreOptions {
  */
 export class SqliteStore implements Store {
   readonly backend = 'sqlite';
+  /** A SQLite file is used by processes of one machine only (WAL needs shared memory). */
+  readonly claimsAreLocal = true;
   readonly db: Db;
   readonly #path: string;
   readonly #options: SqliteStoreOptions;
@@ -38,6 +44,8 @@ export class SqliteStore implements Store {
   #closed = false;
   /** The drain's own connection, opened on first use (CLI commands never open it). */
   #drain: drain.DrainConnection | undefined;
+  /** serve: the explicit fsync of the WAL that the drain's connection awaits or schedules. */
+  readonly #wal: WalSync | undefined;
 
   constructor(path: string, options: SqliteStoreOptions) {
     this.#path = path;
@@ -45,6 +53,7 @@ export class SqliteStore implements Store {
     this.db = openSqlite(path, { busyTimeoutMs: options.blockingBusyMs ?? options.busyTimeoutMs });
     this.#ingest = ingestStatements(this.db);
     this.#thread = options.ingestThread === true ? new IngestThread(path, options.busyTimeoutMs) : undefined;
+    this.#wal = options.ingestThread === true ? new WalSync(path) : undefined;
     const thread = this.#thread;
     // The worker commits its batches one after another in the order posted: the next batch
     // can wait there while the current one commits, instead of on this thread for its
@@ -146,8 +155,32 @@ export class SqliteStore implements Store {
   // DrainStore (claims, leases, the effect ledger): see ./drain.ts.
   get #drainConnection(): drain.DrainConnection {
     if (this.#closed) throw sqliteError(new TypeError('The database connection is not open'), 'drain');
-    this.#drain ??= { db: openSqlite(this.#path, { busyTimeoutMs: this.#options.blockingBusyMs ?? this.#options.busyTimeoutMs }), busyTimeoutMs: this.#options.busyTimeoutMs };
+    if (this.#drain === undefined) {
+      const db = openSqlite(this.#path, { busyTimeoutMs: this.#options.blockingBusyMs ?? this.#options.busyTimeoutMs });
+      if (this.#wal !== undefined) {
+        // No fsync inside COMMIT on the event loop: WalSync makes commits durable off it.
+        // Checkpoints (which fsync) are left to the ingest worker's connection.
+        db.pragma('synchronous = NORMAL');
+        db.pragma('wal_autocheckpoint = 0');
+      }
+      this.#drain = { db, busyTimeoutMs: this.#options.busyTimeoutMs, wal: this.#wal };
+    }
     return this.#drain;
+  }
+  claimEvents(owner: string, now: number, leaseMs: number, limit: number) {
+    return drain.claimEvents(this.#drainConnection, owner, now, leaseMs, limit);
+  }
+  renewLeases(leases: readonly Lease[], now: number, leaseMs: number) {
+    return drain.renewLeases(this.#drainConnection, leases, now, leaseMs);
+  }
+  releaseEvents(leases: readonly Lease[]) {
+    return drain.releaseEvents(this.#drainConnection, leases);
+  }
+  claimOwners() {
+    return drain.claimOwners(this.#drainConnection);
+  }
+  expireClaims(ownerPrefix: string, now: number) {
+    return drain.expireClaims(this.#drainConnection, ownerPrefix, now);
   }
   claimEvent(owner: string, now: number, leaseMs: number) {
     return drain.claimEvent(this.#drainConnection, owner, now, leaseMs);
@@ -184,6 +217,7 @@ export class SqliteStore implements Store {
     if (this.#closed) return;
     await this.#group.drain();
     this.#closed = true;
+    await this.#wal?.close();
     await this.#thread?.close();
     this.#drain?.db.close();
     this.db.close();

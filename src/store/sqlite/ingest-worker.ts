@@ -9,6 +9,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import type { IngestResult, NewEvent } from '../types.js';
 import { ingestOne, ingestStatements } from './ingest.js';
 import { openSqlite } from './open.js';
+import { WalSync } from './wal-sync.js';
 
 export interface WorkerInit {
   path: string;
@@ -46,6 +47,11 @@ if (parentPort !== null) {
   try {
     // SQLite's busy wait blocks only this thread: it may wait the whole busy timeout.
     const db = openSqlite(init.path, { busyTimeoutMs: init.busyTimeoutMs });
+    // COMMIT releases the write lock without waiting for the disk; the fdatasync after it
+    // (before any answer) gives the durability of synchronous=FULL, outside the lock, so the
+    // drain's connection is not kept waiting on it (see wal-sync.ts).
+    db.pragma('synchronous = NORMAL');
+    const wal = new WalSync(init.path);
     const statements = ingestStatements(db);
     const commit = db.transaction((items: NewEvent[]) => items.map((e) => ingestOne(statements, e)));
     // SQLite's busy wait, shortened for a batch that already waited behind others, so that
@@ -61,6 +67,7 @@ if (parentPort !== null) {
     };
     port.on('message', (m: WorkerRequest) => {
       if (m.type === 'close') {
+        clearInterval(checkpoints);
         db.close();
         port.postMessage({ type: 'closed' } satisfies WorkerReply);
         port.close();
@@ -70,11 +77,23 @@ if (parentPort !== null) {
       try {
         waitUntil(m.deadline);
         const results = commit.immediate(m.items);
+        wal.syncBlocking();
         port.postMessage({ type: 'batch', seq: m.seq, results } satisfies WorkerReply);
       } catch (e) {
         port.postMessage({ type: 'batch', seq: m.seq, error: serialize(e) } satisfies WorkerReply);
       }
     });
+    // The drain's connection never checkpoints (a checkpoint fsyncs): this one does, when it
+    // commits past the WAL's auto-checkpoint size, and here once a second in case only the
+    // drain is writing. PASSIVE never waits for a lock.
+    const checkpoints = setInterval(() => {
+      try {
+        db.pragma('wal_checkpoint(PASSIVE)');
+      } catch {
+        // Busy or closing: the next tick or commit checkpoints.
+      }
+    }, 1000);
+    checkpoints.unref();
     port.postMessage({ type: 'ready' } satisfies WorkerReply);
   } catch (e) {
     port.postMessage({ type: 'open-failed', error: serialize(e) } satisfies WorkerReply);

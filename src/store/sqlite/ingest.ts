@@ -16,12 +16,14 @@ interface ExistingRow {
 export function ingestStatements(db: Db) {
   return {
     insert: db.prepare(`INSERT OR IGNORE INTO events
-      (source, delivery_id, event_type, status, received_at, headers, body, body_sha256, extra_ids, response_status, next_attempt_at)
-      VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)`),
+      (source, delivery_id, event_type, status, received_at, headers, body, body_sha256, extra_ids, response_status, next_attempt_at, finished_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
     setAnswer: db.prepare(`UPDATE events SET response_body = ? WHERE id = ?`),
     existing: db.prepare(`SELECT id, body_sha256, response_status, response_body FROM events WHERE source = ? AND delivery_id = ?`),
     countDuplicate: db.prepare(`UPDATE events SET duplicates = duplicates + 1 WHERE id = ?`),
-    recordConflict: db.prepare(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+    // One row per differing body of an event: a repeat of it is counted, its body not stored again.
+    recordConflict: db.prepare(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?)
+      ON CONFLICT (event_id, body_sha256) DO UPDATE SET repeats = repeats + 1`),
   };
 }
 
@@ -31,7 +33,9 @@ export type IngestStatements = ReturnType<typeof ingestStatements>;
 export function ingestOne(s: IngestStatements, e: NewEvent): IngestResult {
   const headers = JSON.stringify(e.headers);
   const extra = e.extraIds === undefined ? null : JSON.stringify(e.extraIds);
-  const run = (s.insert as Statement).run(e.source, e.deliveryId, e.eventType, e.receivedAt, headers, e.body, e.bodySha256, extra, e.successStatus, e.receivedAt);
+  // An event no route applies to is done on arrival: the drain never has to look at it.
+  const done = e.routed === false;
+  const run = (s.insert as Statement).run(e.source, e.deliveryId, e.eventType, done ? 'done' : 'pending', e.receivedAt, headers, e.body, e.bodySha256, extra, e.successStatus, e.receivedAt, done ? e.receivedAt : null);
   if (run.changes === 1) {
     const id = Number(run.lastInsertRowid);
     const body = acceptedAnswer(id);

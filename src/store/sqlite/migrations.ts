@@ -87,6 +87,23 @@ CREATE INDEX attempts_event ON attempts (event_id);
 CREATE INDEX attempts_effect ON attempts (effect_key);
 `,
   },
+  {
+    version: 2,
+    name: 'conflict repeats',
+    // A sender repeating one conflicting delivery (same id, same differing body) added a
+    // row, body included, on every try. Now each differing body is stored once per event
+    // and its repeats are counted. Rows written before: the first of each body is kept,
+    // the later ones become its count.
+    sql: `
+ALTER TABLE conflicts ADD COLUMN repeats INTEGER NOT NULL DEFAULT 0;
+UPDATE conflicts SET repeats = (SELECT count(*) - 1 FROM conflicts AS c WHERE c.event_id = conflicts.event_id AND c.body_sha256 = conflicts.body_sha256)
+  WHERE id IN (SELECT min(id) FROM conflicts GROUP BY event_id, body_sha256);
+DELETE FROM conflicts WHERE id NOT IN (SELECT min(id) FROM conflicts GROUP BY event_id, body_sha256);
+DROP INDEX conflicts_event;
+-- The conflict record's identity, for INSERT ... ON CONFLICT; it also finds an event's conflicts.
+CREATE UNIQUE INDEX conflicts_event_body ON conflicts (event_id, body_sha256);
+`,
+  },
 ];
 
 export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

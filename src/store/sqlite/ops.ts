@@ -13,7 +13,7 @@ import type {
   StoreStats,
 } from '../ops-types.js';
 import { EVENT_STATUSES } from '../ops-types.js';
-import { ATTEMPT_COLUMNS, EFFECT_COLUMNS, SUMMARY_COLUMNS, toAttempt, toConflict, toEffect, toSummary, type AttemptDbRow, type ConflictDbRow, type EffectDbRow, type EventSummaryRow } from '../rows.js';
+import { ATTEMPT_COLUMNS, CONFLICT_COLUMNS, EFFECT_COLUMNS, SUMMARY_COLUMNS, toAttempt, toConflict, toEffect, toSummary, type AttemptDbRow, type ConflictDbRow, type EffectDbRow, type EventSummaryRow } from '../rows.js';
 import { sqliteError } from './errors.js';
 import type { Db } from './open.js';
 
@@ -220,7 +220,7 @@ export function getEvent(db: Db, eventId: number): Promise<EventDetail | undefin
         .prepare(`SELECT ${EFFECT_COLUMNS} FROM effects
           WHERE effect_key IN (SELECT effect_key FROM attempts WHERE event_id = ? AND effect_key IS NOT NULL) OR event_id = ? ORDER BY effect_key`)
         .all(eventId, eventId) as EffectDbRow[];
-      const conflicts = db.prepare(`SELECT id, received_at, body_sha256 FROM conflicts WHERE event_id = ? ORDER BY id`).all(eventId) as ConflictDbRow[];
+      const conflicts = db.prepare(`SELECT ${CONFLICT_COLUMNS} FROM conflicts WHERE event_id = ? ORDER BY id`).all(eventId) as ConflictDbRow[];
       return {
         ...toSummary(r),
         headers: parseJsonObject(r.headers),
@@ -259,7 +259,7 @@ export function stats(db: Db, now: number): Promise<StoreStats> {
           s.events += g.n;
         }
       }
-      const conflicts = db.prepare(`SELECT count(*) FROM conflicts`).pluck().get() as number;
+      const conflicts = db.prepare(`SELECT coalesce(sum(1 + repeats), 0) FROM conflicts`).pluck().get() as number;
       const stuck = db.prepare(`SELECT count(*) AS n, min(lease_expires_at) AS oldest FROM events WHERE status = 'processing' AND lease_expires_at < ?`).get(now) as { n: number; oldest: number | null };
       const effectsByStatus: StoreStats['effectsByStatus'] = { running: 0, done: 0, failed: 0 };
       for (const e of db.prepare(`SELECT status, count(*) AS n FROM effects GROUP BY status`).all() as { status: EffectRow['status']; n: number }[]) effectsByStatus[e.status] = e.n;

@@ -328,9 +328,9 @@ export async function runTransactionalEffect(
   try {
     await client.query('BEGIN');
     // The handler's statements are bounded by the effect's timeoutSeconds (the caller's
-    // timer, then close() cancels), not by the pool's statement timeout (busyTimeoutMs,
-    // meant for ingest); the lease, longer than any timeoutSeconds, is the backstop.
-    await client.query(`SELECT set_config('statement_timeout', $1, true)`, [String(Math.max(1, Math.round(leaseMs)))]);
+    // timer, then close() cancels the one running), not by the pool's statement timeout
+    // (busyTimeoutMs, meant for ingest), which would cut a legitimate long query short.
+    await client.query(`SELECT set_config('statement_timeout', '0', true)`);
     await lockEffectKey(client, start.effectKey, leaseMs);
     if ((await client.query(`SELECT 1 FROM events WHERE id = $1 AND lease_owner = $2 AND status = 'processing'`, [lease.eventId, lease.owner])).rowCount !== 1) {
       await rollbackAndRelease(client);

@@ -1,4 +1,4 @@
-import type { QueryResult, QueryResultRow } from 'pg';
+import type { QueryConfig, QueryResult, QueryResultRow } from 'pg';
 import { closedError, isRetryable, postgresError } from './errors.js';
 import type { Pool, PoolClient } from './open.js';
 
@@ -38,6 +38,22 @@ export class Conn {
       return await this.pool.query<R>(sql, params as unknown[]);
     } catch (e) {
       throw postgresError(e, what);
+    }
+  }
+
+  /**
+   * SELECT 1 on the pool, answered within max(busyTimeoutMs, 1 s) or failed: a server that
+   * stopped answering (a network partition) would otherwise hold it for the client-side
+   * query timeout, longer than a health checker waits.
+   */
+  async ping(): Promise<void> {
+    if (this.#closed) throw closedError('ping');
+    try {
+      // pg reads query_timeout per query too; its types know it only per connection.
+      const ping: QueryConfig & { query_timeout: number } = { text: 'SELECT 1', query_timeout: Math.max(1000, this.busyTimeoutMs) };
+      await this.pool.query(ping);
+    } catch (e) {
+      throw postgresError(e, 'ping');
     }
   }
 

@@ -35,8 +35,13 @@ export interface TcpProxy {
   port: number;
   /** Connections open through the proxy now. */
   readonly open: number;
-  /** Resets every open connection and every new one until restore(): the database is unreachable. */
+  /** Resets every open connection and every new one until restore(): the server refuses. */
   cut(): void;
+  /**
+   * A network partition until restore(): open connections stop carrying bytes and new ones
+   * are accepted but never answered. Nothing is refused; nothing answers.
+   */
+  hang(): void;
   restore(): void;
   close(): Promise<void>;
 }
@@ -47,12 +52,9 @@ export async function startProxy(url: string): Promise<TcpProxy> {
   const host = target.hostname;
   const port = Number(target.port || '5432');
   const pairs = new Set<[Socket, Socket]>();
-  let cut = false;
-  const server = createServer((client) => {
-    if (cut) {
-      client.resetAndDestroy();
-      return;
-    }
+  const held = new Set<Socket>();
+  let mode: 'open' | 'cut' | 'hang' = 'open';
+  const link = (client: Socket) => {
     const upstream = connect(port, host);
     const pair: [Socket, Socket] = [client, upstream];
     pairs.add(pair);
@@ -65,15 +67,30 @@ export async function startProxy(url: string): Promise<TcpProxy> {
     upstream.on('error', end).on('close', end);
     client.pipe(upstream);
     upstream.pipe(client);
+    client.resume();
+  };
+  const server = createServer((client) => {
+    if (mode === 'cut') {
+      client.resetAndDestroy();
+    } else if (mode === 'hang') {
+      client.pause();
+      held.add(client);
+      const forget = () => held.delete(client);
+      client.on('error', forget).on('close', forget);
+    } else {
+      link(client);
+    }
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const cutAll = () => {
-    cut = true;
+    mode = 'cut';
     for (const [client, upstream] of [...pairs]) {
       client.resetAndDestroy();
       upstream.destroy();
     }
     pairs.clear();
+    for (const client of held) client.resetAndDestroy();
+    held.clear();
   };
   return {
     port: (server.address() as AddressInfo).port,
@@ -81,8 +98,28 @@ export async function startProxy(url: string): Promise<TcpProxy> {
       return pairs.size;
     },
     cut: cutAll,
+    hang() {
+      mode = 'hang';
+      for (const [client, upstream] of pairs) {
+        client.unpipe(upstream);
+        upstream.unpipe(client);
+        client.pause();
+        upstream.pause();
+      }
+    },
     restore() {
-      cut = false;
+      if (mode === 'hang') {
+        for (const [client, upstream] of pairs) {
+          client.pipe(upstream);
+          upstream.pipe(client);
+        }
+        for (const client of held) {
+          client.removeAllListeners('error').removeAllListeners('close');
+          link(client);
+        }
+        held.clear();
+      }
+      mode = 'open';
     },
     async close() {
       cutAll();

@@ -6,9 +6,10 @@ import { createTestDatabase, postgresAvailable, type TestDatabase } from '../pos
 import { checkEffectsOnce, delivery, logLines, sendLoad, shopSource, startProxy, viaProxy, waitAllDone, type TcpProxy } from './postgres-faults-helpers.js';
 
 /**
- * `serve` on PostgreSQL through a TCP proxy that the test cuts for 10 s under load (the
- * database unreachable: every connection reset, every new one refused), then restores.
- * The shared server is never stopped.
+ * `serve` on PostgreSQL through a TCP proxy that the test breaks under load, then
+ * restores: cut (every connection reset, every new one refused, as a stopped server) for
+ * 10 s, or hung (a network partition: nothing refused, nothing answered) for 8 s. The
+ * shared server is never stopped.
  */
 
 const pgOk = await postgresAvailable();
@@ -39,8 +40,6 @@ async function idleInTransaction(db: TestDatabase, forMs: number, timeoutMs: num
   }
   throw new Error(`no receiver connection idle in transaction within ${timeoutMs} ms`);
 }
-
-const OUTAGE_MS = 10_000;
 
 async function healthz(url: string): Promise<number> {
   return (await fetch(`${url}/healthz`)).status;
@@ -77,7 +76,12 @@ describe.runIf(pgOk)('serve on PostgreSQL while the database is unreachable', ()
     tmp?.cleanup();
   });
 
-  it('10 s unreachable under load: 503s with Retry-After, /healthz 503, then recovery without a restart; nothing lost, no effect repeated', async () => {
+  const outages = [
+    { how: 'cut', outageMs: 10_000 },
+    { how: 'hang', outageMs: 8_000 },
+  ] as const;
+
+  it.each(outages)('unreachable ($how) for $outageMs ms under load: 503s with Retry-After, /healthz 503, then recovery without a restart; nothing lost, no effect repeated', async ({ how, outageMs }) => {
     const out = join(tmp.dir, 'notified.txt');
     const file = writeConfig(tmp.dir, {
       database: viaProxy(db, proxy),
@@ -101,10 +105,12 @@ describe.runIf(pgOk)('serve on PostgreSQL while the database is unreachable', ()
     const load = sendLoad(serve.url, deliveries, { concurrency: 4, retryMs: 200, pauseMs: 100, deadline: started + 40_000 });
 
     await idleInTransaction(db, 300, 8000);
-    proxy.cut();
+    if (how === 'cut') proxy.cut();
+    else proxy.hang();
     const cutAt = Date.now();
-    const healthDownMs = await healthBecomes(serve.url, 503, 5000);
-    await new Promise((r) => setTimeout(r, Math.max(0, cutAt + OUTAGE_MS - Date.now())));
+    // Within about busyTimeoutMs, even when nothing answers at all.
+    const healthDownMs = await healthBecomes(serve.url, 503, 3000);
+    await new Promise((r) => setTimeout(r, Math.max(0, cutAt + outageMs - Date.now())));
     expect(await healthz(serve.url)).toBe(503);
     expect(serve.child.exitCode).toBeNull();
     proxy.restore();
@@ -130,7 +136,7 @@ describe.runIf(pgOk)('serve on PostgreSQL while the database is unreachable', ()
     expect(refused).toHaveLength(result.statuses.get(503) ?? 0);
     for (const l of refused) expect(JSON.stringify(l)).not.toMatch(/"stack"/);
     console.log(
-      `outage: answers ${JSON.stringify(Object.fromEntries(result.statuses))}; /healthz 503 ${healthDownMs} ms after the cut, 200 ${healthUpMs} ms after the restore; load ${loadDoneAt - started} ms, drain done ${drainedMs} ms later`,
+      `outage (${how}): answers ${JSON.stringify(Object.fromEntries(result.statuses))}; /healthz 503 ${healthDownMs} ms after the cut, 200 ${healthUpMs} ms after the restore; load ${loadDoneAt - started} ms, drain done ${drainedMs} ms later`,
     );
   }, 60_000);
 });

@@ -76,9 +76,10 @@ describe.runIf(pgOk)('serve on PostgreSQL when connections are dropped', () => {
     expect(serve.child.exitCode).toBeNull();
     expect(await db.query('SELECT key, attempt FROM applied')).toEqual([{ key: 'o1', attempt: 2 }]);
     expect(await db.query(`SELECT status, runs FROM effects`)).toEqual([{ status: 'done', runs: 1 }]);
-    const attempts = await db.query<{ outcome: string }>('SELECT outcome FROM attempts ORDER BY id');
-    // The dropped connection failed the attempt as a value; the drain retried it after backoff.
+    const attempts = await db.query<{ outcome: string; error: string | null }>('SELECT outcome, error FROM attempts ORDER BY id');
+    // The dropped connection failed the attempt as a value, saying why; the drain retried it after backoff.
     expect(attempts.map((a) => a.outcome)).toEqual(['failed', 'ok']);
+    expect(attempts[0]!.error).toMatch(/^the database connection was lost \(57P01 terminating connection due to administrator command\)/);
     const lines = logLines(serve.output().stderr);
     expect(lines.filter((l) => l.level === 'fatal')).toEqual([]);
     expect(await serve.stop('SIGTERM')).toBe(0);
@@ -90,6 +91,9 @@ describe.runIf(pgOk)('serve on PostgreSQL when connections are dropped', () => {
     expect((await post(serve.url, delivery('o1', { waitMs: 2500 }))).status).toBe(202);
     await waitAllDone(db, 15_000, serve);
     expect(await db.query('SELECT key, attempt FROM applied')).toEqual([{ key: 'o1', attempt: 2 }]);
+    const attempts = await db.query<{ outcome: string; error: string | null }>('SELECT outcome, error FROM attempts ORDER BY id');
+    expect(attempts.map((a) => a.outcome)).toEqual(['failed', 'ok']);
+    expect(attempts[0]!.error).toMatch(/^the database connection was lost \(25P03 /);
     expect(await db.query(`SELECT status, runs FROM effects`)).toEqual([{ status: 'done', runs: 1 }]);
     expect(logLines(serve.output().stderr).filter((l) => l.level === 'fatal')).toEqual([]);
     expect(await serve.stop('SIGTERM')).toBe(0);

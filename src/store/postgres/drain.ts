@@ -12,7 +12,7 @@ import type {
 } from '../drain-types.js';
 import { commit, rollbackAndRelease, type Conn } from './conn.js';
 import { postgresError } from './errors.js';
-import type { PoolClient } from './open.js';
+import { connectionLost, type PoolClient } from './open.js';
 import { CLAIM_COLUMNS, toClaimed, toLedger, type ClaimDbRow, type LedgerDbRow } from './rows.js';
 
 /**
@@ -389,7 +389,8 @@ export async function runTransactionalEffect(
 
   // The handler threw: its writes roll back; the failure is recorded in a transaction of its own.
   await rollbackAndRelease(client);
-  const error = message(failure.error);
+  // A handler whose connection was dropped under it failed on pg's "not queryable": say why.
+  const error = connectionLost(client) ?? message(failure.error);
   const finishedAt = now();
   const attemptId = await c.transaction('record module failure', async (tx) => {
     await tx.query(MARK_FAILED_TX, [start.effectKey, start.route, start.businessKey, lease.eventId, startedAt, finishedAt, error]);

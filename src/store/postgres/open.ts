@@ -57,14 +57,29 @@ export function createPool(url: string, options: PostgresOpenOptions): Pool {
   // a listener from the moment it is made, idle or checked out (the pool's own listener
   // covers idle ones only). The broken client is no longer queryable: its next query fails
   // as a value (503 for ingest, a failed step for the drain), and release() discards it.
-  pool.on('connect', (client) => client.on('error', ignoreConnectionError));
+  // The first error is the reason (the server's FATAL message); the socket's end follows.
+  pool.on('connect', (client) => client.on('error', (e: Error) => lostConnections.has(client) || lostConnections.set(client, e)));
   // An idle connection dropped by the server: the pool discards it and the next query opens a new one.
   pool.on('error', ignoreConnectionError);
   return pool;
 }
 
-/** The work on a dropped connection fails by itself (see createPool); nothing more to do here. */
+/** An idle connection's work is none, and a busy one's fails by itself (see createPool). */
 function ignoreConnectionError(): void {}
+
+/** Why each dropped connection was dropped, as the server or the socket said it. */
+const lostConnections = new WeakMap<pg.ClientBase, Error>();
+
+/**
+ * Why `client`'s connection was dropped, if it was: its queries then fail with pg's "not
+ * queryable", which names neither the server's reason nor that the connection is gone.
+ */
+export function connectionLost(client: PoolClient): string | undefined {
+  const e = lostConnections.get(client);
+  if (e === undefined) return undefined;
+  const code = (e as { code?: unknown }).code;
+  return `the database connection was lost (${typeof code === 'string' ? `${code} ` : ''}${e.message})`;
+}
 
 /**
  * Opens a pool on `url`, refusing a database written by a newer receiver before anything

@@ -58,5 +58,9 @@ function report(e: unknown): void {
     process.stderr.write(`Error: ${e.message}\n`);
     return;
   }
-  process.stderr.write(`Error: ${(e as Error).stack ?? String(e)}\n`);
+  // Not an error we expected: still one line and a hint, not a stack (RECEIVER_DEBUG=1 adds it).
+  const message = e instanceof Error ? e.message : String(e);
+  process.stderr.write(`Error: ${message}\n`);
+  process.stderr.write('Try: this is unexpected; run again with RECEIVER_DEBUG=1 to print where it happened, and report it\n');
+  if (process.env.RECEIVER_DEBUG === '1' && e instanceof Error && e.stack !== undefined) process.stderr.write(`${e.stack}\n`);
 }

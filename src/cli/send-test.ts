@@ -6,6 +6,9 @@ interface SendTestOptions extends CommonOptions {
   url?: string;
 }
 
+/** How long send-test waits for the server's answer. */
+const ANSWER_TIMEOUT_MS = 10_000;
+
 /** Signs a sample delivery with the source's first secret and posts it to the running server. */
 export function registerSendTest(program: Command): void {
   addCommonOptions(program.command('send-test').argument('<source>', 'a configured source name'))
@@ -25,15 +28,23 @@ export function registerSendTest(program: Command): void {
       const secret = source.secrets[0]?.reveal() ?? '';
       const signed = source.provider.sign(sample, secret, now, source, source.options.publicUrl ?? url);
       const body = signed.body ?? sample;
+      // A timer that keeps the process alive: when a server drops the connection without an
+      // answer, Node's fetch can leave its promise pending with nothing else to wait for, and
+      // the process would exit 0 having printed nothing.
+      const abort = new AbortController();
+      const timer = setTimeout(() => abort.abort(new Error(`no answer within ${ANSWER_TIMEOUT_MS / 1000} s`)), ANSWER_TIMEOUT_MS);
       let response: Response;
+      let text: string;
       try {
-        response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...signed.headers }, body: new Uint8Array(body) });
+        response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...signed.headers }, body: new Uint8Array(body), signal: abort.signal });
+        text = await response.text();
       } catch (e) {
         throw new ReceiverError('runtime', `cannot reach ${url}: ${(e as Error).cause instanceof Error ? ((e as Error).cause as Error).message : (e as Error).message}`, {
           hint: 'start the server with `receiver serve` (or pass --url)',
         });
+      } finally {
+        clearTimeout(timer);
       }
-      const text = await response.text();
       process.stdout.write(`POST ${url} -> ${response.status} ${text}\n`);
       if (response.status >= 300) process.exitCode = 1;
     });

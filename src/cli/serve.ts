@@ -3,12 +3,14 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { InvalidArgumentError, type Command } from 'commander';
 import type { Config } from '../config/load.js';
+import { ReceiverError } from '../errors.js';
+import { moduleOrigin } from '../effects/module.js';
 import { startDrain, type Drain } from '../drain/loop.js';
 import { createApp } from '../http/app.js';
 import type { DeliveryOutcome } from '../http/ingest.js';
 import { metricsRoute, ReceiverMetrics, type QueueSnapshot } from '../http/metrics.js';
 import { createLogger, redactUrl, type Logger } from '../log.js';
-import { openStore } from '../store/open.js';
+import { isPostgresUrl, openStore } from '../store/open.js';
 import type { Store } from '../store/types.js';
 import { describeConfig } from './check-config.js';
 import { addCommonOptions, configFrom, type CommonOptions } from './common.js';
@@ -96,6 +98,69 @@ export function serverTimeouts(config: Pick<Config, 'requestTimeoutSeconds'>) {
   };
 }
 
+/** What `serve` warns about at start: the configuration is valid but may hurt senders. */
+export function startupWarnings(config: Pick<Config, 'sources' | 'routes' | 'database' | 'busyTimeoutMs'>): { fields: Record<string, unknown>; message: string }[] {
+  const warnings: { fields: Record<string, unknown>; message: string }[] = [];
+  for (const source of config.sources.values()) {
+    if (source.provider.name === 'none') {
+      warnings.push({ fields: { source: source.name }, message: `source "${source.name}" uses provider "none": deliveries are NOT verified; use it for local testing only` });
+    }
+  }
+  // SQLite has one writer: a module effect holds the write lock for as long as its handler
+  // runs (its writes commit with the ledger row). Ingest waits busyTimeoutMs for that lock,
+  // then answers 503.
+  if (!isPostgresUrl(config.database)) {
+    for (const route of config.routes) {
+      const holdMs = route.effect.timeoutSeconds * 1000;
+      if (route.effect.module === undefined || holdMs <= config.busyTimeoutMs) continue;
+      warnings.push({
+        fields: { route: route.name, timeoutSeconds: route.effect.timeoutSeconds, busyTimeoutMs: config.busyTimeoutMs },
+        message: `route "${route.name}": its module effect may hold the database's write lock for up to ${route.effect.timeoutSeconds} s (effect.timeoutSeconds), longer than busyTimeoutMs (${config.busyTimeoutMs} ms); deliveries arriving meanwhile are answered 503 and retried by their senders. Lower effect.timeoutSeconds to ${Math.floor(config.busyTimeoutMs / 1000) || 'under 1'} s or raise busyTimeoutMs to ${holdMs}`,
+      });
+    }
+  }
+  return warnings;
+}
+
+/** Why listen() failed, in words, and what to do about it. */
+export function listenError(e: unknown, host: string, port: number): ReceiverError {
+  const code = (e as NodeJS.ErrnoException).code ?? '';
+  const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
+  const [reason, hint] =
+    code === 'EADDRINUSE'
+      ? ['the address is already in use (EADDRINUSE)', `stop the process listening there (ss -ltnp 'sport = :${port}' names it), or choose another port with --port or "port"`]
+      : code === 'EADDRNOTAVAIL'
+        ? ['the address is not available on this machine (EADDRNOTAVAIL)', 'choose an address of one of its interfaces with --host or "host" (127.0.0.1 for this machine only, 0.0.0.0 for all)']
+        : code === 'EACCES' || code === 'EPERM'
+          ? [`permission denied (${code}): ports below 1024 need privileges`, 'choose a port of 1024 or above, or grant the capability (AmbientCapabilities=CAP_NET_BIND_SERVICE in the systemd unit)']
+          : code === 'ENOTFOUND' || code === 'EAI_AGAIN'
+            ? [`the host name does not resolve (${code})`, 'use an IP address, or a name this machine resolves, with --host or "host"']
+            : [`${(e as Error).message}${code === '' || (e as Error).message.includes(code) ? '' : ` (${code})`}`, 'check --host and --port ("host" and "port" in the configuration)'];
+  return new ReceiverError('runtime', `cannot listen on ${where}: ${reason}`, { hint, cause: e });
+}
+
+function listen(server: Server, port: number, host: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+}
+
+/** A thrown value as one short line: no stack, no properties (they may carry a body). */
+function briefly(e: unknown): string {
+  const text = e instanceof Error ? `${e.name}: ${e.message}` : typeof e === 'string' ? e : Object.prototype.toString.call(e);
+  return text.length > 200 ? `${text.slice(0, 200)}...` : text;
+}
+
+/**
+ * Start-up order: configuration, database (refused when this process cannot write it),
+ * HTTP listener, and only then the drain. A failure at any step closes what was opened and
+ * is reported as Error/Try with exit 1, so systemd sees a failed start, never a process
+ * that runs effects with no listener, or listens on a database it cannot write.
+ */
 export async function serve(options: ServeOptions): Promise<void> {
   const config = configFrom(options);
   const logger = createLogger(config.log.level);
@@ -104,11 +169,7 @@ export async function serve(options: ServeOptions): Promise<void> {
   const deliveryLogger = createLogger(config.log.level, 2, { redact: false, perTurn: true });
   // What check-config prints (secrets hidden), for a debug session.
   logger.debug({ configuration: describeConfig(config) }, 'configuration');
-  for (const source of config.sources.values()) {
-    if (source.provider.name === 'none') {
-      logger.warn({ source: source.name }, `source "${source.name}" uses provider "none": deliveries are NOT verified; use it for local testing only`);
-    }
-  }
+  for (const w of startupWarnings(config)) logger.warn(w.fields, w.message);
   const store = await openStore(config.database, { busyTimeoutMs: config.busyTimeoutMs, server: true });
   const metrics = new ReceiverMetrics({
     sources: config.sources.keys(),
@@ -116,11 +177,8 @@ export async function serve(options: ServeOptions): Promise<void> {
     queue: queueSnapshot(store),
     processMetrics: true,
   });
-  // The drain logs every effect attempt and event outcome itself (ids, route, effect key,
-  // outcome, duration); here they only feed the counters.
-  const drain: Drain | undefined = config.drain.enabled
-    ? startDrain({ config, store, logger, onAttempt: (a) => metrics.observeAttempt(a), onEvent: (e) => metrics.observeEvent(e) })
-    : undefined;
+  // Started once the listener is up (below); until then an accepted delivery wakes nothing.
+  let drain: Drain | undefined = undefined;
   const app = createApp({
     sources: config.sources,
     store,
@@ -135,7 +193,6 @@ export async function serve(options: ServeOptions): Promise<void> {
     ...(config.metrics.enabled ? { extend: metricsRoute(metrics, { token: config.metrics.token }) } : {}),
   });
   const server = createAdaptorServer({ fetch: app.fetch, serverOptions: serverTimeouts(config) }) as Server;
-  server.on('error', (e) => logger.error({ err: e }, 'http server error'));
   // Answers not yet sent, so a shutdown can ask each keep-alive client to disconnect.
   let stopping = false;
   const unanswered = new Set<ServerResponse>();
@@ -145,13 +202,40 @@ export async function serve(options: ServeOptions): Promise<void> {
     res.once('close', () => unanswered.delete(res));
   });
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(config.port, config.host, () => {
-      server.off('error', reject);
-      resolve();
-    });
+  try {
+    await listen(server, config.port, config.host);
+  } catch (e) {
+    // Nothing was answered and no drain runs: close the database and leave with Error/Try.
+    await store.close().catch((closing: unknown) => logger.error({ err: closing }, 'closing the database failed'));
+    throw listenError(e, config.host, config.port);
+  }
+  server.on('error', (e) => logger.error({ err: e }, 'http server error'));
+
+  // A bug must not leave a half-working process: log it as one JSON line and exit 1, for
+  // systemd to restart (Restart=on-failure). Committed events are safe; claims come back.
+  const crash = (what: string) => (e: unknown) => {
+    deliveryLogger.flush();
+    logger.fatal({ err: e }, what);
+    process.exit(1);
+  };
+  process.on('uncaughtException', crash('uncaught exception'));
+  process.on('unhandledRejection', (e: unknown) => {
+    // A promise a module effect's handler started and did not await: its own mistake. One
+    // line with the ids and the error's first 200 characters (never a stack or the event),
+    // and the receiver keeps serving. The attempt itself was decided by what it returned.
+    const from = moduleOrigin();
+    if (from !== undefined) {
+      logger.error({ ...from, error: briefly(e) }, 'module effect left a promise rejection unhandled; ignored, the receiver keeps running');
+      return;
+    }
+    crash('unhandled promise rejection')(e);
   });
+
+  // The drain logs every effect attempt and event outcome itself (ids, route, effect key,
+  // outcome, duration); here they only feed the counters.
+  drain = config.drain.enabled
+    ? startDrain({ config, store, logger, onAttempt: (a) => metrics.observeAttempt(a), onEvent: (e) => metrics.observeEvent(e) })
+    : undefined;
   const address = server.address() as AddressInfo;
   logger.info(
     {
@@ -209,13 +293,4 @@ export async function serve(options: ServeOptions): Promise<void> {
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
-  // A bug must not leave a half-working process: log it as one JSON line and exit 1, for
-  // systemd to restart (Restart=on-failure). Committed events are safe; claims come back.
-  const crash = (what: string) => (e: unknown) => {
-    deliveryLogger.flush();
-    logger.fatal({ err: e }, what);
-    process.exit(1);
-  };
-  process.on('uncaughtException', crash('uncaught exception'));
-  process.on('unhandledRejection', crash('unhandled promise rejection'));
 }

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { setImmediate as yieldToIo } from 'node:timers/promises';
 import { hostname } from 'node:os';
 import type { Config } from '../config/load.js';
 import { effectEnvironment } from '../effects/exec.js';
@@ -116,6 +117,10 @@ export function startDrain(options: DrainOptions): Drain {
     let started = 0;
     try {
       for (const event of batch) {
+        // One event per turn of the event loop: requests that arrived meanwhile are read and
+        // answered first. (Every step of a no-op module effect completes without I/O, so
+        // without this a backlog would keep the loop on microtasks and HTTP would wait.)
+        await yieldToIo();
         if (stopping) break;
         started++;
         await processEvent(ctx, event, abort.signal);

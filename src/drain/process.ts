@@ -57,7 +57,8 @@ interface Failure {
   busy?: true;
 }
 
-type RouteResult = { lost: true } | { lost: false; failure?: Failure };
+/** `completed`: the event was marked done together with its last effect (see runTransactionalEffect). */
+type RouteResult = { lost: true } | { lost: false; failure?: Failure; completed?: boolean };
 
 /** The receiver is stopping past its grace while a bookkeeping write still fails: the event is left to its lease. */
 export class Interrupted extends Error {
@@ -114,7 +115,8 @@ function pause(ms: number, signal: AbortSignal): Promise<void> {
 export async function processEvent(ctx: ProcessContext, event: ClaimedEvent, signal: AbortSignal): Promise<EventOutcome> {
   const tctx = templateContext(event);
   const failures: Failure[] = [];
-  for (const plan of planEffects(ctx.config.routes, event, tctx)) {
+  const plans = planEffects(ctx.config.routes, event, tctx);
+  for (const [i, plan] of plans.entries()) {
     if (plan.kind === 'failure') {
       const at = ctx.now();
       const record = { eventId: event.id, attempt: event.attempt, route: plan.route.name, outcome: 'failed' as const, error: plan.error, startedAt: at, finishedAt: at };
@@ -124,8 +126,10 @@ export async function processEvent(ctx: ProcessContext, event: ClaimedEvent, sig
       continue;
     }
     let r: RouteResult;
+    // The last effect of an event where nothing failed may mark it done in its own commit.
+    const last = i === plans.length - 1 && failures.length === 0;
     try {
-      r = await runRoute(ctx, event, plan, tctx.body, signal);
+      r = await runRoute(ctx, event, plan, tctx.body, signal, last);
     } catch (e) {
       if (!(e instanceof Interrupted)) throw e;
       r = { lost: false };
@@ -133,6 +137,7 @@ export async function processEvent(ctx: ProcessContext, event: ClaimedEvent, sig
     // Past the shutdown grace: whatever ran is left to its lease (the ledger shows it running).
     if (signal.aborted) return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: 'interrupted' });
     if (r.lost) return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: 'lost' });
+    if (r.completed === true) return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: 'done' });
     if (r.failure !== undefined) failures.push(r.failure);
   }
 
@@ -166,7 +171,7 @@ async function settleEvent(ctx: ProcessContext, event: ClaimedEvent, failures: F
   return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: held ? 'retry' : 'lost', nextAttemptAt: at, error });
 }
 
-async function runRoute(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedEffect, json: unknown, signal: AbortSignal): Promise<RouteResult> {
+async function runRoute(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedEffect, json: unknown, signal: AbortSignal, last: boolean): Promise<RouteResult> {
   const route = plan.route;
   const start: EffectStart = {
     route: route.name,
@@ -203,6 +208,7 @@ async function runRoute(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedE
       (db) => callHandler(handler, moduleEvent, { event: moduleEvent, route: route.name, key: plan.businessKey, effectKey: plan.effectKey, attempt: event.attempt, db }, timeoutMs, signal),
       ctx.now,
       ctx.leaseMs,
+      { completeOnOk: last },
     ));
     if (r.action === 'lost') return { lost: true };
     if (r.action === 'failed') {
@@ -210,7 +216,8 @@ async function runRoute(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedE
       return { lost: false, failure: { route: route.name, error: r.error, retryable: true } };
     }
     report(ctx, event, route.name, plan.effectKey, r.action, start.force && r.action === 'ok', elapsed(), errorOf(r));
-    return r.action === 'busy' ? { lost: false, failure: busyFailure(route, r.heldByEventId, plan.effectKey) } : { lost: false };
+    if (r.action === 'busy') return { lost: false, failure: busyFailure(route, r.heldByEventId, plan.effectKey) };
+    return { lost: false, completed: r.action === 'ok' && r.completed };
   }
 
   // External effects: the ledger says "running" (committed) before anything acts.

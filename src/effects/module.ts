@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { EffectDb } from '../store/drain-types.js';
@@ -27,6 +28,26 @@ export interface ModuleContext {
 export type ModuleHandler = (event: ModuleEvent, ctx: ModuleContext) => unknown;
 
 const loaded = new Map<string, Promise<ModuleHandler>>();
+
+/** Which module effect an asynchronous callback belongs to (ids only, never the event). */
+export interface ModuleOrigin {
+  route: string;
+  effectKey: string;
+  eventId: number;
+  attempt: number;
+}
+
+const origin = new AsyncLocalStorage<ModuleOrigin>();
+
+/**
+ * The module effect whose code is running now, followed through its promises and timers.
+ * `serve` reads it in its unhandledRejection handler: a promise a handler created and
+ * neither awaited nor caught is that module's mistake, not a receiver bug, and must not
+ * take the process down with every other delivery.
+ */
+export function moduleOrigin(): ModuleOrigin | undefined {
+  return origin.getStore();
+}
 
 /** Resolves a route's `module` relative to the configuration file's directory. */
 export function modulePath(spec: string, configFile: string): string {
@@ -61,7 +82,8 @@ export async function callHandler(handler: ModuleHandler, event: ModuleEvent, ct
     signal?.addEventListener('abort', onAbort, { once: true });
   });
   try {
-    await Promise.race([Promise.resolve().then(() => handler(event, ctx)), limit]);
+    const where: ModuleOrigin = { route: ctx.route, effectKey: ctx.effectKey, eventId: event.id, attempt: ctx.attempt };
+    await Promise.race([origin.run(where, () => Promise.resolve().then(() => handler(event, ctx))), limit]);
   } finally {
     clearTimeout(timer);
     if (onAbort !== undefined) signal?.removeEventListener('abort', onAbort);

@@ -116,13 +116,15 @@ export class ReceiverMetrics {
       labelNames: ['status'],
       registers,
     });
-    for (const status of ['done', 'retry', 'dead']) this.#settled.labels(status).inc(0);
+    // Every series exists from the start, so an alert on lost or interrupted claims, or on
+    // busy or stale attempts, sees 0 rather than no data.
+    for (const status of ['done', 'retry', 'dead', 'lost', 'interrupted']) this.#settled.labels(status).inc(0);
     for (const source of this.#sources) {
       for (const outcome of DELIVERY_OUTCOMES) this.#deliveries.labels(source, outcome).inc(0);
     }
     for (const route of routes) {
       this.#effectSeconds.zero({ route });
-      for (const outcome of ['ok', 'failed']) this.#attempts.labels(route, outcome).inc(0);
+      for (const outcome of ['ok', 'failed', 'skipped', 'stale', 'busy']) this.#attempts.labels(route, outcome).inc(0);
     }
 
     if (queue !== undefined) {

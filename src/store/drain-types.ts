@@ -122,8 +122,12 @@ export interface EffectDb {
 /** What a transactional effect's run came to: a decision without a run, or the handler's result. */
 export type TransactionalOutcome =
   | Exclude<EffectDecision, { action: 'run' }>
-  /** The handler resolved; its writes, the ledger row (done) and the attempt (ok) committed together. */
-  | { action: 'ok'; attemptId: number; runs: number }
+  /**
+   * The handler resolved; its writes, the ledger row (done) and the attempt (ok) committed
+   * together. `completed`: the event was marked done in that same transaction too (asked
+   * for with `completeOnOk`, when this was the event's last effect and nothing failed).
+   */
+  | { action: 'ok'; attemptId: number; runs: number; completed: boolean }
   /** The handler threw: its writes rolled back; the attempt is recorded failed with `error`. */
   | { action: 'failed'; attemptId: number; runs: number; error: string };
 
@@ -191,6 +195,7 @@ export interface DrainStore {
     handler: (db: EffectDb) => Promise<void>,
     now: () => number,
     leaseMs: number,
+    options?: { completeOnOk?: boolean },
   ): Promise<TransactionalOutcome>;
 
   /** Records an attempt that ran no effect (a key template that resolved to nothing). */

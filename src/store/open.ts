@@ -1,9 +1,13 @@
 import { SqliteStore } from './sqlite/index.js';
+import { assertWritable, assertWritableFiles } from './sqlite/open.js';
 import type { Store } from './types.js';
 
 export interface OpenStoreOptions {
   busyTimeoutMs: number;
-  /** serve: keep SQLite's own blocking wait short and retry asynchronously. */
+  /**
+   * serve: keep SQLite's own blocking wait short and retry asynchronously, and refuse a
+   * SQLite file this process cannot write (it would answer every delivery 503).
+   */
   server?: boolean;
 }
 
@@ -17,9 +21,11 @@ export async function openStore(database: string, options: OpenStoreOptions): Pr
     const { PostgresStore } = await import('./postgres/index.js');
     return PostgresStore.open(database, options);
   }
+  if (options.server === true) assertWritableFiles(database);
   const store = new SqliteStore(database, { busyTimeoutMs: options.busyTimeoutMs, ...(options.server === true ? { blockingBusyMs: 5, ingestThread: true } : {}) });
   try {
     await store.ready();
+    if (options.server === true) assertWritable(store.db, database);
   } catch (e) {
     await store.close().catch(() => undefined);
     throw e;

@@ -91,6 +91,33 @@ describe('receiver check-config', () => {
     expectNoSecrets(r.stdout + r.stderr);
   });
 
+  it("prints each source's success status and retry horizon: the provider's defaults, or the configured values", async () => {
+    const d = dir();
+    const file = writeConfig(d, {
+      sources: {
+        stripe: { provider: 'stripe', secret: 'env:CC_STRIPE_SECRET' },
+        shopify: { provider: 'shopify', secret: LITERAL },
+        mailgun: { provider: 'mailgun', secret: LITERAL },
+        tuned: { provider: 'github', secret: LITERAL, successStatus: 204, retryHorizonHours: 12.5 },
+      },
+    });
+    const human = await runCli(['check-config', '-c', file], { env });
+    expect(human.code).toBe(0);
+    expect(human.stdout).toMatch(/^ {2}stripe: stripe, 1 secret\(s\), answers 202, retry horizon 72 h$/m);
+    expect(human.stdout).toMatch(/^ {2}shopify: shopify, 1 secret\(s\), answers 202, retry horizon 4 h$/m);
+    expect(human.stdout).toMatch(/^ {2}mailgun: mailgun, 1 secret\(s\), answers 200, retry horizon 8 h$/m);
+    expect(human.stdout).toMatch(/^ {2}tuned: github, 1 secret\(s\), answers 204, retry horizon 12\.5 h$/m);
+    const json = await runCli(['check-config', '-c', file, '--json'], { env });
+    const doc = JSON.parse(json.stdout) as { sources: { name: string; successStatus: number; retryHorizonHours: number }[] };
+    expect(doc.sources.map((s) => [s.name, s.successStatus, s.retryHorizonHours])).toEqual([
+      ['stripe', 202, 72],
+      ['shopify', 202, 4],
+      ['mailgun', 200, 8],
+      ['tuned', 204, 12.5],
+    ]);
+    expectNoSecrets(human.stdout + human.stderr + json.stdout + json.stderr);
+  });
+
   const invalid: [string, (d: string) => Record<string, unknown> | string, NodeJS.ProcessEnv, RegExp][] = [
     ['a missing env secret', (d) => valid(d), { ...env, CC_STRIPE_SECRET: '' }, /sources\.stripe\.secret: environment variable CC_STRIPE_SECRET is not set/],
     ['an unknown provider', (d) => ({ ...valid(d), sources: { ...valid(d).sources, x: { provider: 'stripee', secret: LITERAL } } }), env, /sources\.x\.provider: unknown provider "stripee"/],

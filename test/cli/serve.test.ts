@@ -1,10 +1,11 @@
 import Database from 'better-sqlite3';
 import { spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
 import { github } from '../../src/providers/github.js';
 import { configSchema } from '../../src/config/schema.js';
+import { serverTimeouts } from '../../src/cli/serve.js';
 import { REPO, startServe, tempDir, writeConfig } from '../helpers.js';
 
 /**
@@ -208,8 +209,150 @@ describe('receiver serve (child process)', () => {
       expect(r.closedAfterMs).toBeGreaterThanOrEqual(900);
       expect(r.closedAfterMs).toBeLessThan(3000);
       expect(r.bytesSent).toBeLessThan(1000);
-      expect(r.answer).toMatch(/^(HTTP\/1\.1 408|)/);
+      expect(r.answer).toMatch(/^HTTP\/1\.1 408 /);
     }
+  });
+
+  it('a client trickling its headers is cut off with 408 at the headers timeout (min(requestTimeoutSeconds, 10 s))', async () => {
+    const { file } = configFile({ requestTimeoutSeconds: 1 });
+    const serve = await startServe(file, { env });
+    const r = await trickle(serve.port, { headers: true });
+    await serve.stop();
+    expect(r.closedAfterMs).toBeGreaterThanOrEqual(900);
+    expect(r.closedAfterMs).toBeLessThan(3000);
+    expect(r.answer).toMatch(/^HTTP\/1\.1 408 /);
+  });
+
+  it('the server timeouts: headers within min(requestTimeoutSeconds, 10 s), idle keep-alive 5 s, checked often enough', () => {
+    expect(serverTimeouts({ requestTimeoutSeconds: 30 })).toEqual({ requestTimeout: 30_000, headersTimeout: 10_000, keepAliveTimeout: 5000, connectionsCheckingInterval: 1000 });
+    expect(serverTimeouts({ requestTimeoutSeconds: 1 })).toEqual({ requestTimeout: 1000, headersTimeout: 1000, keepAliveTimeout: 5000, connectionsCheckingInterval: 250 });
+  });
+
+  it('an idle keep-alive connection is closed after 5 s; a busy one is not', async () => {
+    const { file } = configFile();
+    const serve = await startServe(file, { env });
+    try {
+      const socket = connect(serve.port, '127.0.0.1');
+      let answers = 0;
+      let lastAnswerAt = 0;
+      socket.on('data', (d: Buffer) => {
+        answers += (d.toString().match(/^HTTP\/1\.1 200 /gm) ?? []).length;
+        lastAnswerAt = Date.now();
+      });
+      socket.on('error', () => undefined);
+      const closed = new Promise<number>((resolve) => socket.on('close', () => resolve(Date.now())));
+      await new Promise<void>((r) => socket.once('connect', () => r()));
+      // Three requests 2 s apart on one connection: each within the idle timeout of the last answer.
+      for (let i = 0; i < 3; i++) {
+        socket.write('GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n');
+        await new Promise((r) => setTimeout(r, 2000));
+      }
+      const closedAt = await closed;
+      expect(answers).toBe(3);
+      const idleMs = closedAt - lastAnswerAt;
+      expect(idleMs).toBeGreaterThanOrEqual(4500);
+      expect(idleMs).toBeLessThan(7000);
+    } finally {
+      await serve.stop();
+    }
+  }, 20_000);
+
+  it('a chunked body over maxBodyBytes is refused with 413 and nothing is stored; a chunked body under it is accepted', async () => {
+    const { file, db } = configFile({ maxBodyBytes: 1024 });
+    const serve = await startServe(file, { env });
+    try {
+      const chunked = async (body: string) => {
+        const signed = github.sign(Buffer.from(body), SECRET, Date.now(), undefined as never, serve.url);
+        const head = Object.entries({ 'content-type': 'application/json', ...signed.headers })
+          .map(([k, v]) => `${k}: ${v}\r\n`)
+          .join('');
+        // 256-byte chunks, no Content-Length: the limit must hold while the body streams in.
+        const chunks = (body.match(/[\s\S]{1,256}/g) ?? []).map((c) => `${Buffer.byteLength(c).toString(16)}\r\n${c}\r\n`).join('');
+        return rawExchange(serve.port, `POST /webhooks/gh HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n${head}\r\n${chunks}0\r\n\r\n`);
+      };
+      const big = await chunked(JSON.stringify({ ref: 'refs/heads/main', pad: 'x'.repeat(4000) }));
+      expect(big).toMatch(/^HTTP\/1\.1 413 /);
+      const small = await chunked(JSON.stringify({ ref: 'refs/heads/main', pad: 'x'.repeat(600) }));
+      expect(small).toMatch(/^HTTP\/1\.1 202 /);
+    } finally {
+      await serve.stop();
+    }
+    const conn = new Database(db, { readonly: true });
+    expect(conn.prepare('SELECT length(body) FROM events').pluck().all()).toEqual([JSON.stringify({ ref: 'refs/heads/main', pad: 'x'.repeat(600) }).length]);
+    conn.close();
+  });
+
+  it('the delivery, effect attempt and event lines carry ids, outcome and timing only: never a body, a header value or an effect output', async () => {
+    const MARKER = 'never-logged-7f3a91';
+    k += 1;
+    const dir = `${tmp.dir}/${k}`;
+    mkdirSync(dir);
+    // The effects print the marker from a script (the configuration itself is logged at debug).
+    writeFileSync(`${dir}/ok.sh`, `#!/bin/sh\necho ${MARKER}-stdout\necho ${MARKER}-stderr >&2\n`);
+    writeFileSync(`${dir}/fails.sh`, `#!/bin/sh\necho ${MARKER}-out\nexit 3\n`);
+    chmodSync(`${dir}/ok.sh`, 0o755);
+    chmodSync(`${dir}/fails.sh`, 0o755);
+    const file = writeConfig(dir, {
+      log: { level: 'debug' },
+      maxBodyBytes: 2048,
+      retry: { maxAttempts: 1 },
+      sources: { gh: { ...source, onConflict: 'reject' } },
+      routes: [
+        { name: 'ok', source: 'gh', events: ['push'], key: '{body.n}', effect: { exec: [`${dir}/ok.sh`] } },
+        { name: 'fails', source: 'gh', events: ['ping'], key: '{body.n}', effect: { exec: [`${dir}/fails.sh`] } },
+      ],
+    });
+    const serve = await startServe(file, { env });
+    const send = async (body: string, headers: Record<string, string> = {}) => {
+      const signed = github.sign(Buffer.from(body), SECRET, Date.now(), undefined as never, serve.url);
+      return (await fetch(`${serve.url}/webhooks/gh`, { method: 'POST', headers: { 'content-type': 'application/json', ...signed.headers, ...headers }, body })).status;
+    };
+    try {
+      expect(await send(JSON.stringify({ n: 1, secret: MARKER }), { 'x-github-delivery': 'd-ok' })).toBe(202);
+      expect(await send(JSON.stringify({ n: 2, secret: MARKER }), { 'x-github-delivery': 'd-ping', 'x-github-event': 'ping' })).toBe(202);
+      expect(await send(JSON.stringify({ n: 1, secret: MARKER, changed: true }), { 'x-github-delivery': 'd-ok' })).toBe(409);
+      expect(await send(JSON.stringify({ pad: MARKER.repeat(200) }))).toBe(413);
+      const bad = await fetch(`${serve.url}/webhooks/gh`, { method: 'POST', body: JSON.stringify({ secret: MARKER }), headers: { 'x-hub-signature-256': `sha256=${MARKER}`, 'x-github-delivery': 'd-bad' } });
+      expect(bad.status).toBe(401);
+      const settled = () => logLines(serve.output().stderr).filter((l) => l.msg === 'event done' || l.msg === 'event dead');
+      for (let i = 0; i < 500 && settled().length < 2; i++) await new Promise((r) => setTimeout(r, 10));
+    } finally {
+      expect(await serve.stop()).toBe(0);
+    }
+    const { stdout, stderr } = serve.output();
+    expect(stdout).toBe('');
+    expect(stderr).not.toContain(MARKER);
+    expect(stderr).not.toContain(SECRET);
+    const lines = logLines(stderr);
+    const keys = (l: Record<string, unknown> | undefined) => Object.keys(l ?? {}).sort();
+
+    const deliveries = lines.filter((l) => l.msg === 'delivery');
+    expect(deliveries.map((l) => [l.outcome, l.status])).toEqual([
+      ['accepted', 202],
+      ['accepted', 202],
+      ['conflict', 409],
+      ['too_large', 413],
+      ['unauthorized', 401],
+    ]);
+    expect(keys(deliveries[0])).toEqual(['deliveryId', 'durationMs', 'eventId', 'eventType', 'level', 'msg', 'outcome', 'pid', 'source', 'status', 'time']);
+    // github.sign sends hook id 1: the delivery id is <hook id>:<GUID>.
+    expect(deliveries[0]).toMatchObject({ level: 'info', source: 'gh', deliveryId: '1:d-ok', eventType: 'push', eventId: 1 });
+    expect(deliveries[2]).toMatchObject({ level: 'warn', deliveryId: '1:d-ok', eventId: 1 });
+    expect(keys(deliveries[4])).toEqual(['deliveryId', 'durationMs', 'error', 'level', 'msg', 'outcome', 'pid', 'source', 'status', 'time']);
+
+    const attempts = lines.filter((l) => l.msg === 'effect attempt');
+    const ok = attempts.find((l) => l.route === 'ok');
+    const failed = attempts.find((l) => l.route === 'fails');
+    expect(keys(ok)).toEqual(['attempt', 'deliveryId', 'durationMs', 'effectKey', 'eventId', 'eventType', 'forced', 'level', 'msg', 'outcome', 'pid', 'route', 'source', 'time']);
+    expect(ok).toMatchObject({ level: 'info', eventId: 1, source: 'gh', deliveryId: '1:d-ok', eventType: 'push', attempt: 1, effectKey: 'ok:1', outcome: 'ok', forced: false });
+    expect(keys(failed)).toEqual([...keys(ok), 'error'].sort());
+    expect(failed).toMatchObject({ level: 'warn', eventId: 2, effectKey: 'fails:2', outcome: 'failed', error: `${dir}/fails.sh exited with code 3` });
+
+    const events = lines.filter((l) => l.msg === 'event done' || l.msg === 'event dead');
+    expect(keys(events.find((l) => l.msg === 'event done'))).toEqual(['attempt', 'deliveryId', 'eventId', 'level', 'msg', 'pid', 'source', 'status', 'time']);
+    const dead = events.find((l) => l.msg === 'event dead');
+    expect(keys(dead)).toEqual(['attempt', 'deliveryId', 'error', 'eventId', 'level', 'msg', 'pid', 'source', 'status', 'time']);
+    expect(dead).toMatchObject({ level: 'error', eventId: 2, deliveryId: '1:d-ping', status: 'dead', attempt: 1 });
   });
 
   it('logs one JSON line per delivery with event id, source, delivery id, status, outcome and duration', async () => {
@@ -277,24 +420,47 @@ async function waitForFile(path: string): Promise<void> {
   expect(existsSync(path)).toBe(true);
 }
 
-/** Opens a raw connection, promises 1000 body bytes and trickles one every 100 ms. */
-function trickle(port: number): Promise<{ closedAfterMs: number; bytesSent: number; answer: string }> {
+/**
+ * Opens a raw connection, promises 1000 body bytes and trickles one every 100 ms (or, with
+ * `headers`, trickles the header lines themselves). Stops writing once an answer arrives,
+ * so the server's close is a FIN and the answer is read before any reset.
+ */
+function trickle(port: number, options: { headers?: boolean } = {}): Promise<{ closedAfterMs: number; bytesSent: number; answer: string }> {
   return new Promise((resolve) => {
     const started = Date.now();
     const socket = connect(port, '127.0.0.1');
     let bytesSent = 0;
     let answer = '';
-    socket.write('POST /webhooks/gh HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n');
+    socket.write(options.headers === true ? 'POST /webhooks/gh HTTP/1.1\r\nHost: 127.0.0.1\r\n' : 'POST /webhooks/gh HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n');
     const timer = setInterval(() => {
       if (!socket.writable) return;
-      socket.write('a');
+      socket.write(options.headers === true ? `X-Slow-${bytesSent}: a\r\n` : 'a');
       bytesSent += 1;
     }, 100);
-    socket.on('data', (d: Buffer) => (answer += d.toString()));
+    socket.on('data', (d: Buffer) => {
+      clearInterval(timer);
+      answer += d.toString();
+    });
     socket.on('error', () => undefined);
     socket.on('close', () => {
       clearInterval(timer);
       resolve({ closedAfterMs: Date.now() - started, bytesSent, answer });
     });
+  });
+}
+
+/** Writes `request` on a fresh connection and returns everything the server answers until it closes (5 s at most). */
+function rawExchange(port: number, request: string): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    let answer = '';
+    const timer = setTimeout(() => socket.destroy(), 5000);
+    socket.on('data', (d: Buffer) => (answer += d.toString()));
+    socket.on('error', () => undefined);
+    socket.on('close', () => {
+      clearTimeout(timer);
+      resolve(answer);
+    });
+    socket.write(request);
   });
 }

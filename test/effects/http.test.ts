@@ -75,12 +75,17 @@ describe('http effect', () => {
     expect(r).toMatchObject({ ok: false, retryable: true });
     expect((r as { error: string }).error).toMatch(/timed out after 0.2s/);
     expect((r as { error: string }).error).not.toMatch(/pw|abc/);
-    const closed = createServer();
-    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
-    const port = (closed.address() as AddressInfo).port;
-    await new Promise<void>((r) => closed.close(() => r()));
-    const refused = await req({ url: `http://127.0.0.1:${port}/hook` });
-    expect(refused).toEqual({ ok: false, retryable: true, error: `POST http://127.0.0.1:${port}/hook failed: ECONNREFUSED` });
+    // A port held on 127.0.0.1 for the whole test, asked on 127.0.0.2 where nothing listens:
+    // refused for sure. (A port closed before the request could be taken by another test.)
+    const held = createServer();
+    await new Promise<void>((r) => held.listen(0, '127.0.0.1', r));
+    const port = (held.address() as AddressInfo).port;
+    try {
+      const refused = await req({ url: `http://127.0.0.2:${port}/hook` });
+      expect(refused).toEqual({ ok: false, retryable: true, error: `POST http://127.0.0.2:${port}/hook failed: ECONNREFUSED` });
+    } finally {
+      held.close();
+    }
   });
 
   it('parses Retry-After as seconds or an HTTP date', () => {

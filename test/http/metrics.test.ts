@@ -1,5 +1,9 @@
-import { mkdirSync, writeFileSync, chmodSync } from 'node:fs';
+import { mkdirSync, writeFileSync, chmodSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { processEvent } from '../../src/drain/process.js';
+import { SqliteStore } from '../../src/store/sqlite/index.js';
+import { clock, drainDue, harness, inspect, lines, newEvent, type Harness } from '../drain/helpers.js';
 import { Secret } from '../../src/config/secret.js';
 import { bearerMatches, metricsRoute, ReceiverMetrics } from '../../src/http/metrics.js';
 import { hmac } from '../../src/providers/util.js';
@@ -133,6 +137,12 @@ describe('metrics units', () => {
     expect(t.get('receiver_events_settled_total{status="done"}')).toBe(1);
   });
 
+  it('every settle status and attempt outcome is a series from the start (0), so alerts see no gap', async () => {
+    const t = parseMetrics(await new ReceiverMetrics({ routes: ['deploy'] }).text());
+    for (const status of ['done', 'retry', 'dead', 'lost', 'interrupted']) expect(t.get(`receiver_events_settled_total{status="${status}"}`), status).toBe(0);
+    for (const outcome of ['ok', 'failed', 'skipped', 'stale', 'busy']) expect(t.get(`receiver_effect_attempts_total{route="deploy",outcome="${outcome}"}`), outcome).toBe(0);
+  });
+
   it('each instance has its own registry: two apps in one process do not share counts', async () => {
     const a = new ReceiverMetrics({ sources: ['s'] });
     const b = new ReceiverMetrics({ sources: ['s'] });
@@ -148,6 +158,100 @@ describe('metrics units', () => {
     for (const h of [undefined, '', 'Bearer ', 'Bearer metrics-token-2', 'Bearer metrics-token-1x', 'Bearer metrics-token-', 'metrics-token-1', 'Basic metrics-token-1']) {
       expect(bearerMatches(h, token)).toBe(false);
     }
+  });
+});
+
+describe('lost, interrupted, busy and stale, as the drain reports them (real SQLite, real effects)', () => {
+  const tmp = tempDir();
+  const stores: SqliteStore[] = [];
+  afterAll(async () => {
+    for (const s of stores) await s.close();
+    tmp.cleanup();
+  });
+
+  it('counts a lease lost mid-effect, a shutdown mid-effect, a key busy in another drain and an older version', async () => {
+    const out = join(tmp.dir, 'runs.txt');
+    const release = join(tmp.dir, 'release');
+    writeFileSync(join(tmp.dir, 'subs.mjs'), 'export default async function () {}\n');
+    // Appends its key, then holds the effect open until the test releases it.
+    const hold = ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"; while [ ! -f "$2" ]; do sleep 0.02; done', 'sh', out, release];
+    const config = makeConfig(
+      {
+        sources: { shop: { provider: 'none', deliveryId: '{body.id}', eventType: '{body.type}' } },
+        routes: [
+          { name: 'hold', source: 'shop', events: ['hold'], key: '{body.order}', effect: { exec: hold, timeoutSeconds: 20 } },
+          { name: 'subs', source: 'shop', events: ['sub'], key: '{body.sub}', version: '{body.v}', effect: { module: './subs.mjs' } },
+        ],
+      },
+      tmp.dir,
+    );
+    const c = clock();
+    const open = () => {
+      const s = new SqliteStore(config.database, { busyTimeoutMs: 2000, blockingBusyMs: 5 });
+      stores.push(s);
+      return s;
+    };
+    const a = open();
+    const b = open();
+    const metrics = new ReceiverMetrics({ routes: ['hold', 'subs'] });
+    // The hooks `serve` wires to the drain.
+    const wired = (h: Harness): Harness => ({ ...h, ctx: { ...h.ctx, onAttempt: (x) => metrics.observeAttempt(x), onEvent: (e) => metrics.observeEvent(e) } });
+    const ha = wired(harness(config, a, c.now));
+    const hb = wired(harness(config, b, c.now));
+    const send = (id: string, body: Record<string, unknown>) => a.ingest(newEvent({ source: 'shop', deliveryId: id, eventType: String(body.type), body: { id, ...body }, receivedAt: c.now() }));
+    const running = async (key: string) => {
+      for (let i = 0; i < 500 && !lines(out).includes(key); i++) await new Promise((r) => setTimeout(r, 10));
+      expect(lines(out)).toContain(key);
+    };
+    const db = inspect(config.database);
+    try {
+      // busy: drain A runs key o1 for event 1; drain B claims event 2 with the same key.
+      await send('d1', { type: 'hold', order: 'o1' });
+      await send('d2', { type: 'hold', order: 'o1' });
+      const first = drainDue(ha, 'A');
+      await running('o1');
+      expect(await drainDue(hb, 'B')).toMatchObject([{ eventId: 2, status: 'retry' }]);
+      writeFileSync(release, '');
+      expect((await first).map((o) => o.status)).toEqual(['done']);
+      rmSync(release);
+
+      // lost: another drain takes event 3's lease while its effect runs.
+      await send('d3', { type: 'hold', order: 'o3' });
+      const third = drainDue(ha, 'A');
+      await running('o3');
+      db.db.prepare(`UPDATE events SET lease_owner = 'another-drain' WHERE delivery_id = 'd3'`).run();
+      writeFileSync(release, '');
+      expect((await third).map((o) => o.status)).toEqual(['lost']);
+      rmSync(release);
+
+      // interrupted: the receiver stops (its abort signal) while event 4's effect runs.
+      await send('d4', { type: 'hold', order: 'o4' });
+      const claim = (await a.claimEvent('A#stop', c.now(), ha.ctx.leaseMs))!;
+      const stop = new AbortController();
+      const fourth = processEvent(ha.ctx, claim, stop.signal);
+      await running('o4');
+      stop.abort();
+      expect((await fourth).status).toBe('interrupted');
+
+      // stale: version 10 applied, then version 9 of the same subscription arrives.
+      await send('e10', { type: 'sub', sub: 's1', v: 10 });
+      await send('e9', { type: 'sub', sub: 's1', v: 9 });
+      expect((await drainDue(ha, 'A')).map((o) => o.status)).toEqual(['done', 'done']);
+    } finally {
+      writeFileSync(release, '');
+      db.close();
+    }
+
+    const m = parseMetrics(await metrics.text());
+    expect(m.get('receiver_effect_attempts_total{route="hold",outcome="busy"}')).toBe(1);
+    expect(m.get('receiver_effect_attempts_total{route="subs",outcome="stale"}')).toBe(1);
+    expect(m.get('receiver_effect_attempts_total{route="subs",outcome="ok"}')).toBe(1);
+    expect(m.get('receiver_events_settled_total{status="lost"}')).toBe(1);
+    expect(m.get('receiver_events_settled_total{status="interrupted"}')).toBe(1);
+    expect(m.get('receiver_events_settled_total{status="retry"}')).toBe(1);
+    expect(m.get('receiver_events_settled_total{status="done"}')).toBe(3);
+    // busy and stale ran nothing: no effect duration for them.
+    expect(m.get('receiver_effect_duration_seconds_count{route="subs"}')).toBe(1);
   });
 });
 

@@ -56,8 +56,12 @@ describe('slack events', () => {
     const first = await h.send('slack', body, signedHeaders(body));
     expect(first.status).toBe(202);
     h.clock.now = NOW + 60_000;
-    const retry = await h.send('slack', body, { ...signedHeaders(body, NOW + 60_000), 'x-slack-retry-num': '1', 'x-slack-retry-reason': 'http_timeout' });
-    h.clock.now = NOW;
+    let retry: Awaited<ReturnType<Harness['send']>>;
+    try {
+      retry = await h.send('slack', body, { ...signedHeaders(body, NOW + 60_000), 'x-slack-retry-num': '1', 'x-slack-retry-reason': 'http_timeout' });
+    } finally {
+      h.clock.now = NOW;
+    }
     expect(retry.status).toBe(202);
     expect(retry.text).toBe(first.text);
     expect(h.rows('slack')).toBe(1);

@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { tempDir } from '../helpers.js';
 import { crashLoop } from './crash-loop.js';
-import { LONG, printReport, seeded, SIZES, TEST_TIMEOUT_MS } from './harness.js';
+import { LONG, printReport, seeded, SIZES, TEST_TIMEOUT_MS, printSeedOnFailure } from './harness.js';
 
 describe('reliability: kill -9 under load', () => {
   const tmp = tempDir('receiver-crash-');
@@ -10,6 +10,7 @@ describe('reliability: kill -9 under load', () => {
   it(
     `${SIZES.kills} kills over ${SIZES.deliveries} signed deliveries: nothing acknowledged is lost, every repeat is in the ledger`,
     async () => {
+      printSeedOnFailure('test/reliability/crash.test.ts');
       const report = await crashLoop({
         dir: tmp.dir,
         kills: SIZES.kills,

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { makeConfig, startApp, startServe, tempDir, writeConfig } from '../helpers.js';
 import { fuzzSources, makeSigner } from './fuzz-cases.js';
 import { runFuzz } from './fuzz.js';
-import { LONG, printReport, SECRET_ENV, SIZES, TEST_TIMEOUT_MS } from './harness.js';
+import { LONG, printReport, printSeedOnFailure, SECRET_ENV, SIZES, TEST_TIMEOUT_MS } from './harness.js';
 
 const MAX_BODY = 64 * 1024;
 const settings = { sources: fuzzSources, maxBodyBytes: MAX_BODY, drain: { enabled: false } };
@@ -16,6 +16,7 @@ describe('reliability: hostile input at the HTTP layer', () => {
   it(
     `in-process server: the corpus and ${LONG ? 1000 : SIZES.fuzz} generated cases: no 5xx, no hang, nothing stored unsigned, valid deliveries still 202`,
     async () => {
+      printSeedOnFailure('test/reliability/fuzz.test.ts');
       const dir = join(tmp.dir, 'app');
       mkdirSync(dir);
       const config = makeConfig(settings, dir, SECRET_ENV);
@@ -41,6 +42,7 @@ describe('reliability: hostile input at the HTTP layer', () => {
   it(
     `receiver serve child: the corpus and ${LONG ? SIZES.fuzz : 0} generated cases; the process survives and logs no request failure`,
     async () => {
+      printSeedOnFailure('test/reliability/fuzz.test.ts');
       const dir = join(tmp.dir, 'serve');
       mkdirSync(dir);
       const file = writeConfig(dir, settings);

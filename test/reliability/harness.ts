@@ -8,6 +8,7 @@ import Database from 'better-sqlite3';
 import { createHmac } from 'node:crypto';
 import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { onTestFailed } from 'vitest';
 import { startServe, type ServeProcess } from '../helpers.js';
 
 /** `RECEIVER_LONG=1` selects the long run; single sizes can be overridden by environment. */
@@ -27,8 +28,28 @@ export const SIZES = {
   fuzz: envInt('RECEIVER_RELIABILITY_FUZZ', 1000, 100_000),
   /** Deliveries sent by the slow-client and purge/replay scenarios. */
   load: envInt('RECEIVER_RELIABILITY_LOAD', 400, 10_000),
-  seed: envInt('RECEIVER_RELIABILITY_SEED', Date.now() % 2_147_483_647, Date.now() % 2_147_483_647),
+  seed: seedFrom(process.env),
 };
+
+/**
+ * The run's random seed: RECEIVER_RELIABILITY_SEED when set (to replay a run), else one
+ * taken from the clock. Every random choice of the harness (which delivery is re-sent,
+ * when a kill lands, the generated fuzz cases) derives from it.
+ */
+export function seedFrom(env: NodeJS.ProcessEnv, now: number = Date.now()): number {
+  const v = env.RECEIVER_RELIABILITY_SEED;
+  if (v === undefined || v === '') return now % 2_147_483_647;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0 || n >= 2 ** 32) throw new Error(`RECEIVER_RELIABILITY_SEED must be a whole number from 0 to 4294967295, got ${v}`);
+  return n;
+}
+
+/** Call first in a test that uses SIZES.seed: when it fails, the line to replay it is printed. */
+export function printSeedOnFailure(file: string): void {
+  onTestFailed(() => {
+    console.error(`\nreliability run failed with seed ${SIZES.seed}; replay it with:\n  RECEIVER_RELIABILITY_SEED=${SIZES.seed}${LONG ? ' RECEIVER_LONG=1' : ''} npx vitest run ${file}\n`);
+  });
+}
 
 /** Per-test time bound: every loop in the harness also stops at its own deadline. */
 export const TEST_TIMEOUT_MS = LONG ? 3 * 60 * 60_000 : 120_000;

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runCli, startServe, tempDir, writeConfig, type CliResult } from '../helpers.js';
-import { deliverUntilAcked, liveTarget, inspect, integrityCheck, LONG, newTally, percentile, printReport, round1, SECRET_ENV, seeded, shopSource, SIZES, TEST_TIMEOUT_MS } from './harness.js';
+import { deliverUntilAcked, liveTarget, inspect, integrityCheck, LONG, newTally, percentile, printReport, round1, SECRET_ENV, seeded, shopSource, SIZES, TEST_TIMEOUT_MS, printSeedOnFailure } from './harness.js';
 
 /**
  * `purge`, `replay`, `stats` and `events list` run again and again against the database
@@ -28,6 +28,7 @@ describe('reliability: purge and replay while serve takes load', () => {
   it(
     'no 5xx reaches a sender, every CLI run succeeds, effects apply exactly once',
     async () => {
+      printSeedOnFailure('test/reliability/ops.test.ts');
       const random = seeded(SIZES.seed);
       writeFileSync(join(tmp.dir, 'ship.mjs'), HANDLER);
       const file = writeConfig(tmp.dir, {
@@ -113,7 +114,7 @@ describe('reliability: purge and replay while serve takes load', () => {
       const ackedAge = acked.filter((d) => d.startsWith('age-'));
       const storedAge = ackedAge.filter((d) => stored.has(d)).length;
       const wrongCounts = acked.filter((d) => shipped.get(d) !== (d.startsWith('dead-') ? undefined : 1 + (forced.get(d) ?? 0)));
-      printReport(`purge and replay under load${LONG ? ' (long)' : ''}`, {
+      printReport(`purge and replay under load (seed ${SIZES.seed}${LONG ? ', long' : ''})`, {
         deliveries: tally.requests,
         answers: Object.fromEntries(tally.byStatus),
         p99Ms: round1(percentile(tally.latenciesMs, 99)),

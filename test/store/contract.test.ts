@@ -516,6 +516,27 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await store.getEvent(e1.id))!.effects).toMatchObject([{ status: 'done', runs: 1 }]);
     });
 
+    it('completeOnOk: the event is marked done in the commit of its last effect; not when the handler throws', async () => {
+      const e1 = await claimed('a');
+      const out = await store.runTransactionalEffect(e1.lease, 1, start('licence', 'cus_1'), async (db) => {
+        await db.run(`INSERT INTO licences (key, n) VALUES (${p(1)}, ${p(2)})`, ['cus_1', 1]);
+      }, () => T0 + 5, LEASE, { completeOnOk: true });
+      expect(out).toMatchObject({ action: 'ok', completed: true });
+      expect(await store.getEvent(e1.id)).toMatchObject({ status: 'done', finishedAt: T0 + 5, leaseOwner: null });
+      expect(await licences()).toEqual(['cus_1=1']);
+
+      const e2 = await claimed('b');
+      const failed = await store.runTransactionalEffect(e2.lease, 1, start('licence', 'cus_2'), async () => {
+        throw new Error('no');
+      }, () => T0, LEASE, { completeOnOk: true });
+      expect(failed).toMatchObject({ action: 'failed' });
+      expect(await store.getEvent(e2.id)).toMatchObject({ status: 'processing' });
+      const e3 = await claimed('c');
+      const plain = await store.runTransactionalEffect(e3.lease, 1, start('licence', 'cus_3'), async () => {}, () => T0, LEASE);
+      expect(plain).toMatchObject({ action: 'ok', completed: false });
+      expect(await store.getEvent(e3.id)).toMatchObject({ status: 'processing' });
+    });
+
     it("a failed module run leaves another run's running ledger row exactly as it was", async () => {
       // Event a started an external run of the key, then its process stalled past the lease.
       const e1 = await claimed('a');

@@ -318,6 +318,7 @@ export async function runTransactionalEffect(
   handler: (db: EffectDb) => Promise<void>,
   now: () => number,
   leaseMs: number,
+  options: { completeOnOk?: boolean } = {},
 ): Promise<TransactionalOutcome> {
   const startedAt = now();
   // Renewed in its own short transaction, so the event row is not held across the handler.
@@ -376,9 +377,11 @@ export async function runTransactionalEffect(
         start.runToken, startedAt, finishedAt, forced ? 1 : 0,
       ]);
       const attemptId = await insertAttempt(client, { eventId: lease.eventId, attempt, route: start.route, effectKey: start.effectKey, startedAt, finishedAt, outcome: 'ok', forced });
+      // The event's last effect, nothing failed: done in the same commit (one transaction, not two).
+      const completed = options.completeOnOk === true && (await client.query(COMPLETE, [finishedAt, lease.eventId, lease.owner])).rowCount === 1;
       await commit(client, 'module effect');
       client.release();
-      return { action: 'ok', attemptId, runs: (row?.runs ?? 0) + 1 };
+      return { action: 'ok', attemptId, runs: (row?.runs ?? 0) + 1, completed };
     } catch (e) {
       // Nothing committed: the handler's writes are gone with the ledger row, and the
       // event stays claimed until its lease expires and it is retried.

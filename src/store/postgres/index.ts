@@ -83,8 +83,16 @@ export class PostgresStore implements Store {
   finishEffect(finish: EffectFinish, now: number) {
     return drain.finishEffect(this.#conn, finish, now);
   }
-  runTransactionalEffect(lease: Lease, attempt: number, start: EffectStart, handler: (db: EffectDb) => Promise<void>, now: () => number, leaseMs: number) {
-    return drain.runTransactionalEffect(this.#conn, lease, attempt, start, handler, now, leaseMs);
+  runTransactionalEffect(
+    lease: Lease,
+    attempt: number,
+    start: EffectStart,
+    handler: (db: EffectDb) => Promise<void>,
+    now: () => number,
+    leaseMs: number,
+    options?: { completeOnOk?: boolean },
+  ) {
+    return drain.runTransactionalEffect(this.#conn, lease, attempt, start, handler, now, leaseMs, options);
   }
   recordAttempt(record: AttemptRecord) {
     return drain.recordAttempt(this.#conn, record);

@@ -32,6 +32,8 @@ export interface DrainConnection {
    * Absent: synchronous=FULL, every commit durable when it returns (CLI, tests).
    */
   wal?: WalSync | undefined;
+  /** A heartbeat found a module effect's transaction open and left its renewal to it (see renewLeases). */
+  renewal?: { owners: Set<string>; leaseMs: number } | undefined;
 }
 
 /** After a commit whose loss in a power cut would only repeat work (claims, settles, module effects). */
@@ -158,14 +160,26 @@ export async function renewLease(c: DrainConnection, lease: Lease, now: number, 
 }
 
 // Every claim of one claim batch shares its owner: a module effect's transaction renews them
-// all when it ends, since the heartbeat cannot write while that transaction is open.
+// all when it ends if a heartbeat came while it was open (and could not write).
 const RENEW_BATCH = `UPDATE events SET lease_expires_at = ? WHERE status = 'processing' AND lease_owner = ?`;
+
+/** Inside a module effect's transaction, before COMMIT: the renewals a heartbeat left to it. */
+function renewDeferred(c: DrainConnection, now: number): void {
+  const r = c.renewal;
+  if (r === undefined) return;
+  c.renewal = undefined;
+  for (const owner of r.owners) stmt(c.db, RENEW_BATCH).run(now + r.leaseMs, owner);
+}
 
 export async function renewLeases(c: DrainConnection, leases: readonly Lease[], now: number, leaseMs: number): Promise<void> {
   if (leases.length === 0) return;
   // A module effect's transaction is open on this connection: it holds the write lock, so no
-  // other drain can take a claim meanwhile, and it renews the batch's claims when it ends.
-  if (c.db.inTransaction) return;
+  // other drain can take a claim meanwhile; it renews these claims when it ends.
+  if (c.db.inTransaction) {
+    c.renewal ??= { owners: new Set(), leaseMs };
+    for (const lease of leases) c.renewal.owners.add(lease.owner);
+    return;
+  }
   await immediate(c, 'renew leases', () => {
     for (const lease of leases) renewIn(c, lease, now + leaseMs);
   });
@@ -364,6 +378,7 @@ export async function runTransactionalEffect(
   handler: (db: EffectDb) => Promise<void>,
   now: () => number,
   leaseMs: number,
+  options: { completeOnOk?: boolean } = {},
 ): Promise<TransactionalOutcome> {
   await beginImmediate(c, 'module effect');
   const startedAt = now();
@@ -377,6 +392,7 @@ export async function runTransactionalEffect(
     const decision = decideEffect(row, start);
     if (decision !== 'run') {
       const d = recordNonRun(c, lease, attempt, start, row!, decision, startedAt);
+      renewDeferred(c, startedAt);
       c.db.exec('COMMIT');
       durableSoon(c);
       return d as TransactionalOutcome;
@@ -407,10 +423,12 @@ export async function runTransactionalEffect(
         start.runToken, startedAt, finishedAt, forced ? 1 : 0,
       );
       const attemptId = insertAttempt(c, { eventId: lease.eventId, attempt, route: start.route, effectKey: start.effectKey, startedAt, finishedAt, outcome: 'ok', forced });
-      stmt(c.db, RENEW_BATCH).run(finishedAt + leaseMs, lease.owner);
+      // The event's last effect, nothing failed: done in the same commit (one transaction, not two).
+      const completed = options.completeOnOk === true && stmt(c.db, COMPLETE).run(finishedAt, lease.eventId, lease.owner).changes === 1;
+      renewDeferred(c, finishedAt);
       c.db.exec('COMMIT');
       durableSoon(c);
-      return { action: 'ok', attemptId, runs: (row?.runs ?? 0) + 1 };
+      return { action: 'ok', attemptId, runs: (row?.runs ?? 0) + 1, completed };
     } catch (e) {
       // Nothing committed: the handler's writes are gone with the ledger row, and the
       // event stays claimed until its lease expires and it is retried.
@@ -424,8 +442,8 @@ export async function runTransactionalEffect(
   const error = message(failure.error);
   const finishedAt = now();
   const attemptId = await immediate(c, 'record module failure', () => {
+    renewDeferred(c, finishedAt);
     stmt(c.db, MARK_FAILED_TX).run(start.effectKey, start.route, start.businessKey, lease.eventId, startedAt, finishedAt, error);
-    stmt(c.db, RENEW_BATCH).run(finishedAt + leaseMs, lease.owner);
     return insertAttempt(c, { eventId: lease.eventId, attempt, route: start.route, effectKey: start.effectKey, startedAt, finishedAt, outcome: 'failed', error, forced });
   });
   durableSoon(c);

@@ -197,8 +197,16 @@ export class SqliteStore implements Store {
   finishEffect(finish: EffectFinish, now: number) {
     return drain.finishEffect(this.#drainConnection, finish, now);
   }
-  runTransactionalEffect(lease: Lease, attempt: number, start: EffectStart, handler: (db: EffectDb) => Promise<void>, now: () => number, leaseMs: number) {
-    return drain.runTransactionalEffect(this.#drainConnection, lease, attempt, start, handler, now, leaseMs);
+  runTransactionalEffect(
+    lease: Lease,
+    attempt: number,
+    start: EffectStart,
+    handler: (db: EffectDb) => Promise<void>,
+    now: () => number,
+    leaseMs: number,
+    options?: { completeOnOk?: boolean },
+  ) {
+    return drain.runTransactionalEffect(this.#drainConnection, lease, attempt, start, handler, now, leaseMs, options);
   }
   recordAttempt(record: AttemptRecord) {
     return drain.recordAttempt(this.#drainConnection, record);

@@ -23,7 +23,9 @@ export class IngestThread {
 
   constructor(path: string, busyTimeoutMs: number) {
     this.#worker = new Worker(WORKER_URL, { workerData: { path, busyTimeoutMs } satisfies WorkerInit });
+    let failOpen: (e: ReceiverError) => void = () => undefined;
     this.ready = new Promise((resolve, reject) => {
+      failOpen = reject;
       this.#worker.on('message', (m: WorkerReply) => {
         if (m.type === 'ready') resolve();
         else if (m.type === 'open-failed') reject(revive(m.error));
@@ -40,6 +42,9 @@ export class IngestThread {
       this.#dead = new ReceiverError('unavailable', `ingest worker stopped: ${why}`);
       for (const p of this.#pending.values()) p.reject(this.#dead);
       this.#pending.clear();
+      // A worker that dies before it opened the database (its script missing, out of
+      // memory) must fail ready, not leave serve waiting forever half-started.
+      failOpen(new ReceiverError('runtime', `the ingest worker stopped before it opened the database: ${why}`, { hint: 'run `npm run build` (the worker runs from dist/), then start again' }));
     };
     this.#worker.on('error', (e) => die(e.message));
     this.#worker.on('exit', (code) => die(`exit ${code}`));

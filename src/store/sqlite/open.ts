@@ -1,6 +1,7 @@
 import Database from 'better-sqlite3';
-import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { accessSync, constants, existsSync, mkdirSync } from 'node:fs';
+import { userInfo } from 'node:os';
+import { basename, dirname } from 'node:path';
 import { ReceiverError } from '../../errors.js';
 import { LATEST_VERSION, migrations } from './migrations.js';
 
@@ -17,12 +18,21 @@ export interface OpenOptions {
  * A file written by a newer receiver is refused before anything writes to it.
  */
 export function openSqlite(path: string, options: OpenOptions): Db {
-  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+  if (path !== ':memory:') {
+    try {
+      mkdirSync(dirname(path), { recursive: true });
+    } catch (e) {
+      throw new ReceiverError('runtime', `cannot create the database directory ${dirname(path)}: ${errnoText(e)}`, {
+        hint: `create ${dirname(path)} writable by ${processUser()}, or pass --db with another path`,
+        cause: e,
+      });
+    }
+  }
   let db: Db;
   try {
     db = new Database(path, { timeout: options.busyTimeoutMs, readonly: options.readonly ?? false });
   } catch (e) {
-    throw new ReceiverError('runtime', `cannot open database ${path}: ${(e as Error).message}`, { cause: e });
+    throw openError(path, e);
   }
   try {
     // Read before any write (journal_mode=WAL writes the header): a newer file stays untouched.
@@ -43,7 +53,106 @@ export function openSqlite(path: string, options: OpenOptions): Db {
     return db;
   } catch (e) {
     db.close();
-    throw e;
+    throw openError(path, e);
+  }
+}
+
+/** The user this process runs as, for messages about file permissions. */
+export function processUser(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    return `uid ${process.getuid?.() ?? '?'}`;
+  }
+}
+
+function errnoText(e: unknown): string {
+  const err = e as NodeJS.ErrnoException;
+  if (err.code === 'EEXIST' || err.code === 'ENOTDIR') return `a part of the path is a file, not a directory (${err.code})`;
+  if (err.code === undefined) return String(err.message);
+  // "EACCES: permission denied, mkdir '/x'" -> "permission denied (EACCES)"
+  return `${err.message.replace(/^\w+: /, '').split(',')[0] ?? ''} (${err.code})`;
+}
+
+/** Opening failed: one message that says what the file is and what to do, never a stack. */
+function openError(path: string, e: unknown): ReceiverError {
+  if (e instanceof ReceiverError) return e;
+  const code = String((e as { code?: unknown }).code ?? '');
+  const message = (e as Error).message;
+  if (code === 'SQLITE_NOTADB') {
+    return new ReceiverError('runtime', `${path} is not a SQLite database (${message})`, {
+      hint: 'pass --db (or set "database") to the receiver database; a path that does not exist yet creates a new one',
+      cause: e,
+    });
+  }
+  if (code.startsWith('SQLITE_READONLY')) return readOnlyError(path, message, e);
+  if (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED')) {
+    return new ReceiverError('runtime', `cannot open database ${path}: another process holds its write lock (${code})`, {
+      hint: 'try again in a moment; if it persists, look for a long-running command on the same file',
+      cause: e,
+    });
+  }
+  return new ReceiverError('runtime', `cannot open database ${path}: ${message}${code === '' ? '' : ` (${code})`}`, {
+    hint: `check that ${path} is a database file (not a directory) and that ${processUser()} can read and write it and its directory`,
+    cause: e,
+  });
+}
+
+function readOnlyError(path: string, why: string, cause?: unknown): ReceiverError {
+  const user = processUser();
+  return new ReceiverError('runtime', `database ${path} cannot be written by ${user}: ${why}`, {
+    hint: `give ${user} write access to ${dirname(path)} and to ${basename(path)}, ${basename(path)}-wal and ${basename(path)}-shm in it (after a restore done as root: chown ${user} ${dirname(path)} ${path}*)`,
+    ...(cause === undefined ? {} : { cause }),
+  });
+}
+
+/**
+ * `serve` only, before opening: the database file, its -wal and -shm files and its
+ * directory must be writable by this process. SQLite opens a file it cannot write
+ * read-only without a word (then every delivery is answered 503 and every claim fails),
+ * and creates <file>-wal and <file>-shm next to the file. A directory that does not exist
+ * yet is created by openSqlite, which reports its own failure.
+ */
+export function assertWritableFiles(path: string): void {
+  if (path === ':memory:') return;
+  const dir = dirname(path);
+  const checks: [string, string][] = [
+    [dir, `its directory ${dir} is not writable (SQLite creates ${basename(path)}-wal and ${basename(path)}-shm there)`],
+    [path, 'the file is not writable'],
+    [`${path}-wal`, `its WAL file ${basename(path)}-wal is not writable`],
+    [`${path}-shm`, `its shared-memory file ${basename(path)}-shm is not writable`],
+  ];
+  for (const [file, what] of checks) {
+    if (!existsSync(file)) continue;
+    try {
+      accessSync(file, constants.W_OK);
+    } catch (e) {
+      throw readOnlyError(path, `${what}: ${(e as NodeJS.ErrnoException).code ?? 'error'}`, e);
+    }
+  }
+}
+
+/**
+ * `serve` only, after opening: writes inside a transaction and rolls it back, for what the
+ * permission bits do not show (a read-only mount, a file SQLite opened read-only anyway).
+ * BEGIN IMMEDIATE alone succeeds on a read-only connection: only a write is refused.
+ */
+export function assertWritable(db: Db, path: string): void {
+  if (path === ':memory:') return;
+  try {
+    db.exec('BEGIN IMMEDIATE');
+    try {
+      // Rewrites the header field with its own value: a real page write, never committed.
+      const version = db.pragma('user_version', { simple: true }) as number;
+      db.pragma(`user_version = ${version}`);
+    } finally {
+      if (db.inTransaction) db.exec('ROLLBACK');
+    }
+  } catch (e) {
+    const code = String((e as { code?: unknown }).code ?? '');
+    // Another process writing right now: the file is writable, the lock is just taken.
+    if (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED')) return;
+    throw readOnlyError(path, `${(e as Error).message} (${code})`, e);
   }
 }
 

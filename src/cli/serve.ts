@@ -5,7 +5,8 @@ import { InvalidArgumentError, type Command } from 'commander';
 import type { Config } from '../config/load.js';
 import { ReceiverError } from '../errors.js';
 import { moduleOrigin } from '../effects/module.js';
-import { startDrain, type Drain } from '../drain/loop.js';
+import type { Drain } from '../drain/loop.js';
+import { startDrainThread } from '../drain/thread.js';
 import { createApp } from '../http/app.js';
 import type { DeliveryOutcome } from '../http/ingest.js';
 import { metricsRoute, ReceiverMetrics, type QueueSnapshot } from '../http/metrics.js';
@@ -231,11 +232,24 @@ export async function serve(options: ServeOptions): Promise<void> {
     crash('unhandled promise rejection')(e);
   });
 
-  // The drain logs every effect attempt and event outcome itself (ids, route, effect key,
-  // outcome, duration); here they only feed the counters.
-  drain = config.drain.enabled
-    ? startDrain({ config, store, logger, onAttempt: (a) => metrics.observeAttempt(a), onEvent: (e) => metrics.observeEvent(e) })
-    : undefined;
+  // The drain runs in a thread of its own (see src/drain/thread.ts). It logs every effect
+  // attempt and event outcome itself (ids, route, effect key, outcome, duration); here they
+  // only feed the counters.
+  if (config.drain.enabled) {
+    try {
+      drain = await startDrainThread({
+        options: { config: options.config, db: options.db, host: options.host, port: options.port, logLevel: options.logLevel },
+        logger,
+        onAttempt: (a) => metrics.observeAttempt(a),
+        onEvent: (e) => metrics.observeEvent(e),
+        onFailure: crash('drain thread failed'),
+      });
+    } catch (e) {
+      server.close();
+      await store.close().catch((closing: unknown) => logger.error({ err: closing }, 'closing the database failed'));
+      throw e;
+    }
+  }
   const address = server.address() as AddressInfo;
   logger.info(
     {

@@ -24,6 +24,12 @@ export interface DrainOptions {
   execEnv?: NodeJS.ProcessEnv;
   /** Names this drain's claims (lease owner prefix); default `<host>:<pid>:<random>`. */
   id?: string;
+  /**
+   * serve's drain thread: how it learns of new deliveries without a message per delivery.
+   * `generation()` counts deliveries accepted so far; `sleeping(true)` is said before the
+   * drain sleeps, and the drain then looks at the generation once more (see thread.ts).
+   */
+  idle?: { generation(): number; sleeping(on: boolean): void } | undefined;
 }
 
 export interface Drain {
@@ -147,9 +153,24 @@ export function startDrain(options: DrainOptions): Drain {
       try {
         // A claim owner names one claim batch, not just the process: a late step of an old
         // claim can never pass for the current one.
+        const seen = options.idle?.generation();
         const batch = await store.claimEvents(`${id}#${++claims}`, now(), leaseMs, CLAIM_BATCH);
         if (batch.length === 0) {
-          await sleep(await idleMs());
+          const idle = options.idle;
+          if (idle !== undefined) {
+            // Said first, then looked: a delivery accepted after the claim either changed the
+            // generation (claim again now) or saw "sleeping" and sends a wake.
+            idle.sleeping(true);
+            if (idle.generation() !== seen) {
+              idle.sleeping(false);
+              continue;
+            }
+          }
+          try {
+            await sleep(await idleMs());
+          } finally {
+            idle?.sleeping(false);
+          }
           continue;
         }
         await runBatch(batch);

@@ -9,6 +9,11 @@ export interface OpenStoreOptions {
    * SQLite file this process cannot write (it would answer every delivery 503).
    */
   server?: boolean;
+  /**
+   * serve's drain thread: the main thread has checked the file and runs the ingest thread;
+   * this store only drains (no ingest thread of its own), with the same durability.
+   */
+  drainOnly?: boolean;
 }
 
 export function isPostgresUrl(database: string): boolean {
@@ -21,8 +26,9 @@ export async function openStore(database: string, options: OpenStoreOptions): Pr
     const { PostgresStore } = await import('./postgres/index.js');
     return PostgresStore.open(database, options);
   }
+  if (options.drainOnly === true) return new SqliteStore(database, { busyTimeoutMs: options.busyTimeoutMs, blockingBusyMs: 5, explicitSync: true });
   if (options.server === true) assertWritableFiles(database);
-  const store = new SqliteStore(database, { busyTimeoutMs: options.busyTimeoutMs, ...(options.server === true ? { blockingBusyMs: 5, ingestThread: true } : {}) });
+  const store = new SqliteStore(database, { busyTimeoutMs: options.busyTimeoutMs, ...(options.server === true ? { blockingBusyMs: 5, ingestThread: true, explicitSync: true } : {}) });
   try {
     await store.ready();
     if (options.server === true) assertWritable(store.db, database);

@@ -20,11 +20,13 @@ export interface SqliteStoreOptions {
   busyTimeoutMs: number;
   /** Long-running processes (serve) keep the thread free: SQLite's own wait is capped at this. */
   blockingBusyMs?: number;
-  /**
-   * serve: commit ingest batches in a worker thread, and make every commit's fsync explicit
-   * and off the event loop (synchronous=NORMAL plus WalSync, see wal-sync.ts).
-   */
+  /** serve: commit ingest batches in a worker thread, so their fsync never stalls the event loop. */
   ingestThread?: boolean;
+  /**
+   * serve: the drain's connection commits with synchronous=NORMAL and makes commits durable
+   * with an explicit fsync of the WAL, off the event loop and outside the lock (wal-sync.ts).
+   */
+  explicitSync?: boolean;
 }
 
 /**
@@ -53,7 +55,7 @@ export class SqliteStore implements Store {
     this.db = openSqlite(path, { busyTimeoutMs: options.blockingBusyMs ?? options.busyTimeoutMs });
     this.#ingest = ingestStatements(this.db);
     this.#thread = options.ingestThread === true ? new IngestThread(path, options.busyTimeoutMs) : undefined;
-    this.#wal = options.ingestThread === true ? new WalSync(path) : undefined;
+    this.#wal = options.explicitSync === true ? new WalSync(path) : undefined;
     const thread = this.#thread;
     // The worker commits its batches one after another in the order posted: the next batch
     // can wait there while the current one commits, instead of on this thread for its

@@ -1,0 +1,91 @@
+import { Worker } from 'node:worker_threads';
+import { ReceiverError } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { Drain, DrainOptions } from './loop.js';
+import type { DrainWorkerInit, FromDrainWorker, ToDrainWorker } from './worker.js';
+
+// src/drain and dist/drain are both two levels below the package root, so this finds the
+// compiled worker from either (tests run src; the worker runs compiled JS).
+const WORKER_URL = new URL('../../dist/drain/worker.js', import.meta.url);
+
+/** What `serve` was started with, enough for the drain thread to load the same configuration. */
+export interface ServeConfigOptions {
+  config?: string | undefined;
+  db?: string | undefined;
+  host?: string | undefined;
+  port?: number | undefined;
+  logLevel?: string | undefined;
+}
+
+export interface DrainThreadOptions {
+  options: ServeConfigOptions;
+  logger: Logger;
+  onAttempt?: DrainOptions['onAttempt'];
+  onEvent?: DrainOptions['onEvent'];
+  /** The thread failed after it started (a bug): serve logs it and exits for systemd to restart it. */
+  onFailure: (e: Error) => void;
+}
+
+/**
+ * The drain in a thread of its own (`serve`). Its work per event (a claim, a transaction or
+ * two, a module handler or a child process, JSON of the body for templates) used to share
+ * the one event loop with ingest: with a backlog the drain took most of it, and deliveries
+ * waited. In its own thread, with its own database connection, it takes the second core
+ * and the event loop keeps reading and answering deliveries.
+ *
+ * New deliveries wake it without a message each: the main thread counts them in shared
+ * memory, and posts a wake only when the drain has said it is about to sleep (Atomics;
+ * sequentially consistent, so either the drain sees the new count or the main thread sees
+ * "sleeping"). Attempt and event outcomes come back in batches for the metrics.
+ */
+export function startDrainThread(o: DrainThreadOptions): Promise<Drain> {
+  const signals = new SharedArrayBuffer(8);
+  const counts = new Int32Array(signals);
+  const worker = new Worker(WORKER_URL, { workerData: { options: o.options, signals } satisfies DrainWorkerInit });
+  let started = false;
+  let stopped: (() => void) | undefined;
+  const post = (m: ToDrainWorker) => worker.postMessage(m);
+
+  return new Promise<Drain>((resolve, reject) => {
+    const fail = (e: Error) => {
+      if (!started) reject(e);
+      else if (stopped === undefined) o.onFailure(e);
+    };
+    worker.on('message', (m: FromDrainWorker) => {
+      if (m.type === 'started') {
+        started = true;
+        resolve(drain);
+      } else if (m.type === 'failed') fail(new ReceiverError('runtime', `the drain could not start: ${m.message}`, m.hint === undefined ? {} : { hint: m.hint }));
+      else if (m.type === 'outcomes') {
+        for (const a of m.attempts) o.onAttempt?.(a);
+        for (const e of m.events) o.onEvent?.(e);
+      } else if (m.type === 'stopped') stopped?.();
+    });
+    worker.on('error', (e) => fail(e));
+    worker.on('exit', (code) => {
+      stopped?.();
+      if (stopped === undefined) fail(new Error(`the drain thread exited (code ${code})`));
+    });
+
+    const drain: Drain = {
+      wake() {
+        Atomics.add(counts, 0, 1);
+        // 1 -> 2: one wake per sleep, however many deliveries arrive meanwhile.
+        if (Atomics.compareExchange(counts, 1, 1, 2) === 1) post({ type: 'wake' });
+      },
+      stop(graceMs: number) {
+        return new Promise<void>((done) => {
+          // The thread answers once the running effect finished or the grace ran out, and
+          // its connection is closed; a thread that does not is ended a little later.
+          const kill = setTimeout(() => void worker.terminate(), graceMs + 5000);
+          stopped = () => {
+            clearTimeout(kill);
+            stopped = () => {};
+            done();
+          };
+          post({ type: 'stop', graceMs });
+        });
+      },
+    };
+  });
+}

@@ -1,0 +1,103 @@
+/**
+ * The drain's own thread in `serve`. The event loop of the main thread reads, verifies and
+ * answers deliveries; this one claims, runs effects and settles, on its own database
+ * connection (see thread.ts for why). It loads the same configuration the main thread
+ * loaded, from the same file, flags and environment.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import { configFrom } from '../cli/common.js';
+import { moduleOrigin } from '../effects/module.js';
+import { createLogger } from '../log.js';
+import { openStore } from '../store/open.js';
+import { startDrain, type AttemptOutcome, type EventOutcome } from './loop.js';
+import type { ServeConfigOptions } from './thread.js';
+
+export interface DrainWorkerInit {
+  options: ServeConfigOptions;
+  /** [0]: deliveries accepted (main thread adds); [1]: 1 while the drain sleeps, 2 once a wake was posted. */
+  signals: SharedArrayBuffer;
+}
+
+export type ToDrainWorker = { type: 'wake' } | { type: 'stop'; graceMs: number };
+export type FromDrainWorker =
+  | { type: 'started' }
+  | { type: 'outcomes'; attempts: AttemptOutcome[]; events: EventOutcome[] }
+  | { type: 'stopped' }
+  | { type: 'failed'; message: string; hint?: string | undefined };
+
+/** Outcomes for the main thread's metrics go out in batches, at most this often. */
+const REPORT_MS = 100;
+
+if (parentPort !== null) {
+  const port = parentPort;
+  const init = workerData as DrainWorkerInit;
+  const signals = new Int32Array(init.signals);
+  const config = configFrom(init.options);
+  const logger = createLogger(config.log.level);
+
+  // A promise a module effect's handler started and did not await: its own mistake, one line
+  // (as in the main thread), and the drain goes on. Anything else is a bug: the main thread
+  // sees this thread fail and exits for systemd to restart it.
+  process.on('unhandledRejection', (e: unknown) => {
+    const from = moduleOrigin();
+    if (from === undefined) throw e;
+    const text = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+    logger.error({ ...from, error: text.length > 200 ? `${text.slice(0, 200)}...` : text }, 'module effect left a promise rejection unhandled; ignored, the receiver keeps running');
+  });
+
+  let attempts: AttemptOutcome[] = [];
+  let events: EventOutcome[] = [];
+  let reportTimer: NodeJS.Timeout | undefined;
+  const report = () => {
+    clearTimeout(reportTimer);
+    reportTimer = undefined;
+    if (attempts.length === 0 && events.length === 0) return;
+    port.postMessage({ type: 'outcomes', attempts, events } satisfies FromDrainWorker);
+    attempts = [];
+    events = [];
+  };
+  const later = () => {
+    reportTimer ??= setTimeout(report, REPORT_MS);
+  };
+
+  try {
+    // No ingest thread of its own, no start-up probe (the main thread did both); commits
+    // durable the same way as the main thread's (explicit WAL sync, see wal-sync.ts).
+    const store = await openStore(config.database, { busyTimeoutMs: config.busyTimeoutMs, server: true, drainOnly: true });
+    const drain = startDrain({
+      config,
+      store,
+      logger,
+      onAttempt: (a) => {
+        attempts.push(a);
+        later();
+      },
+      onEvent: (e) => {
+        events.push(e);
+        later();
+      },
+      idle: {
+        generation: () => Atomics.load(signals, 0),
+        // Set before the drain sleeps, then it looks at the generation again (see thread.ts).
+        sleeping: (on) => void Atomics.store(signals, 1, on ? 1 : 0),
+      },
+    });
+    port.on('message', (m: ToDrainWorker) => {
+      if (m.type === 'wake') drain.wake();
+      else if (m.type === 'stop') {
+        void (async () => {
+          await drain.stop(m.graceMs);
+          report();
+          await store.close().catch((e: unknown) => logger.error({ err: e }, 'drain: closing its database connection failed'));
+          port.postMessage({ type: 'stopped' } satisfies FromDrainWorker);
+          port.close();
+        })();
+      }
+    });
+    port.postMessage({ type: 'started' } satisfies FromDrainWorker);
+  } catch (e) {
+    const err = e as { message?: string; hint?: string };
+    port.postMessage({ type: 'failed', message: String(err.message ?? e), hint: err.hint } satisfies FromDrainWorker);
+    port.close();
+  }
+}

@@ -64,7 +64,7 @@ export function createPool(url: string, options: PostgresOpenOptions): Pool {
   return pool;
 }
 
-/** An idle connection's work is none, and a busy one's fails by itself (see createPool). */
+/** An idle connection carries no work; the pool has already discarded it. */
 function ignoreConnectionError(): void {}
 
 /** Why each dropped connection was dropped, as the server or the socket said it. */

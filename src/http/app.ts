@@ -3,6 +3,7 @@ import { ReceiverError } from '../errors.js';
 import type { RouteConfig } from '../config/schema.js';
 import type { ResolvedSource } from '../providers/types.js';
 import type { IngestResult, Store } from '../store/types.js';
+import { healthHandler, ingestHealth, RETRY_AFTER_SECONDS } from './health.js';
 import { ingestHandler, type DeliveryOutcome } from './ingest.js';
 
 export interface AppOptions {
@@ -20,9 +21,6 @@ export interface AppOptions {
   onError?: (e: unknown) => void;
 }
 
-/** Seconds a sender should wait after a 503. */
-export const RETRY_AFTER_SECONDS = 5;
-
 /** The one place errors become HTTP answers. Never a stack trace to a client. */
 export function errorResponse(e: unknown, c: Context, onError?: (e: unknown) => void): Response {
   if (e instanceof ReceiverError) {
@@ -30,7 +28,9 @@ export function errorResponse(e: unknown, c: Context, onError?: (e: unknown) => 
     if (e.httpStatus === 503) headers['retry-after'] = String(RETRY_AFTER_SECONDS);
     // 503s say only that the store is unavailable; the cause goes to the log.
     const message = e.httpStatus === 503 ? 'temporarily unavailable, retry later' : e.message;
-    if (e.httpStatus >= 500) onError?.(e);
+    // A 503 is an expected answer while the store is unavailable, and the delivery line
+    // already says why (one line, no stack); only other 5xx are worth a stack.
+    if (e.httpStatus >= 500 && e.httpStatus !== 503) onError?.(e);
     return c.body(JSON.stringify({ error: e.kind, message }), e.httpStatus as 400, headers);
   }
   onError?.(e);
@@ -39,15 +39,13 @@ export function errorResponse(e: unknown, c: Context, onError?: (e: unknown) => 
 
 export function createApp(options: AppOptions): Hono {
   const app = new Hono();
-  app.post('/webhooks/:source', ingestHandler(options));
-  app.get('/healthz', async (c) => {
-    try {
-      await options.store.ping();
-      return c.json({ status: 'ok' });
-    } catch {
-      return c.json({ status: 'unavailable' }, 503, { 'retry-after': String(RETRY_AFTER_SECONDS) });
-    }
-  });
+  const health = ingestHealth();
+  const onOutcome = (o: DeliveryOutcome) => {
+    health.observe(o.outcome);
+    options.onOutcome?.(o);
+  };
+  app.post('/webhooks/:source', ingestHandler({ ...options, onOutcome }));
+  app.get('/healthz', healthHandler({ ping: () => options.store.ping(), ingest: health }));
   options.extend?.(app);
   app.notFound((c) => c.json({ error: 'not_found', message: 'no such route; deliveries go to POST /webhooks/<source>' }, 404));
   app.onError((e, c) => errorResponse(e, c, options.onError));

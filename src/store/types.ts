@@ -61,7 +61,10 @@ export interface IngestStore {
 
 export interface Store extends IngestStore, DrainStore, OpsStore {
   readonly backend: 'sqlite' | 'postgres';
-  /** Resolves when the database answers a trivial query (GET /healthz). */
+  /**
+   * Resolves when an insert could commit now (GET /healthz), waiting no longer than an
+   * insert would (busyTimeoutMs); rejects with an `unavailable` ReceiverError otherwise.
+   */
   ping(): Promise<void>;
   /** Finishes in-flight inserts, then closes. */
   close(): Promise<void>;

@@ -1,4 +1,4 @@
-import type { QueryResult, QueryResultRow } from 'pg';
+import type { QueryConfig, QueryResult, QueryResultRow } from 'pg';
 import { closedError, isRetryable, postgresError } from './errors.js';
 import type { Pool, PoolClient } from './open.js';
 
@@ -41,6 +41,22 @@ export class Conn {
     }
   }
 
+  /**
+   * SELECT 1 on the pool, answered within max(busyTimeoutMs, 1 s) or failed: a server that
+   * stopped answering (a network partition) would otherwise hold it for the client-side
+   * query timeout, longer than a health checker waits.
+   */
+  async ping(): Promise<void> {
+    if (this.#closed) throw closedError('ping');
+    try {
+      // pg reads query_timeout per query too; its types know it only per connection.
+      const ping: QueryConfig & { query_timeout: number } = { text: 'SELECT 1', query_timeout: Math.max(1000, this.busyTimeoutMs) };
+      await this.pool.query(ping);
+    } catch (e) {
+      throw postgresError(e, 'ping');
+    }
+  }
+
   async connect(what: string): Promise<PoolClient> {
     if (this.#closed) throw closedError(what);
     try {
@@ -48,6 +64,17 @@ export class Conn {
     } catch (e) {
       throw postgresError(e, what);
     }
+  }
+
+  /**
+   * Cancels the statement `client` is running, from another connection (pg_cancel_backend):
+   * for a caller that stopped waiting for it and must end the transaction, which would
+   * otherwise wait behind it. Nothing happens when the statement has already ended.
+   */
+  async cancel(what: string, client: PoolClient): Promise<void> {
+    // The backend's pid, from the connection's start-up (BackendKeyData); not in pg's types.
+    const pid = (client as unknown as { processID?: number | null }).processID;
+    if (typeof pid === 'number') await this.query(what, 'SELECT pg_cancel_backend($1)', [pid]);
   }
 
   /**

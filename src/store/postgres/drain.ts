@@ -12,7 +12,7 @@ import type {
 } from '../drain-types.js';
 import { commit, rollbackAndRelease, type Conn } from './conn.js';
 import { postgresError } from './errors.js';
-import type { PoolClient } from './open.js';
+import { connectionLost, type PoolClient } from './open.js';
 import { CLAIM_COLUMNS, toClaimed, toLedger, type ClaimDbRow, type LedgerDbRow } from './rows.js';
 
 /**
@@ -249,8 +249,9 @@ const TX_CONTROL = /^\s*(BEGIN|START|COMMIT|END|ROLLBACK|ABORT|SAVEPOINT|RELEASE
  * leaves the transaction as it was, as on SQLite, instead of aborting it. Statements run
  * one at a time, in call order.
  */
-function effectDb(client: PoolClient): { handle: EffectDb; close: () => Promise<void> } {
+function effectDb(c: Conn, client: PoolClient): { handle: EffectDb; close: (gaveUp: boolean) => Promise<void> } {
   let open = true;
+  let running = 0;
   let chain: Promise<unknown> = Promise.resolve();
   const exec = (sql: string, params: readonly unknown[]) => {
     // Checked when called, as on SQLite: a statement issued while the handler runs belongs
@@ -259,15 +260,20 @@ function effectDb(client: PoolClient): { handle: EffectDb; close: () => Promise<
     // The handler's writes belong to our transaction; it must not commit or end it.
     if (TX_CONTROL.test(sql)) return Promise.reject(new Error("a module effect runs inside the receiver's transaction; do not BEGIN, COMMIT or ROLLBACK"));
     const run = async () => {
-      await client.query('SAVEPOINT receiver_effect_statement');
+      running += 1;
       try {
-        const result = await client.query(sql, params as unknown[]);
-        await client.query('RELEASE SAVEPOINT receiver_effect_statement');
-        return result;
-      } catch (e) {
-        await client.query('ROLLBACK TO SAVEPOINT receiver_effect_statement');
-        await client.query('RELEASE SAVEPOINT receiver_effect_statement');
-        throw e;
+        await client.query('SAVEPOINT receiver_effect_statement');
+        try {
+          const result = await client.query(sql, params as unknown[]);
+          await client.query('RELEASE SAVEPOINT receiver_effect_statement');
+          return result;
+        } catch (e) {
+          await client.query('ROLLBACK TO SAVEPOINT receiver_effect_statement');
+          await client.query('RELEASE SAVEPOINT receiver_effect_statement');
+          throw e;
+        }
+      } finally {
+        running -= 1;
       }
     };
     const result = chain.then(run, run);
@@ -284,8 +290,11 @@ function effectDb(client: PoolClient): { handle: EffectDb; close: () => Promise<
   };
   // Closing refuses new statements, then waits for any the handler left running without
   // awaiting: the ledger row must not be written between one of them and its savepoint.
-  const close = async () => {
+  // A handler that gave up (its timeoutSeconds, a shutdown) is rolled back anyway: a
+  // statement of its still running is cancelled rather than waited for (up to the lease).
+  const close = async (gaveUp: boolean) => {
     open = false;
+    if (gaveUp && running > 0) await c.cancel('module effect', client).catch(() => undefined);
     await chain;
   };
   return { handle, close };
@@ -319,6 +328,10 @@ export async function runTransactionalEffect(
   let row: LedgerRow | undefined;
   try {
     await client.query('BEGIN');
+    // The handler's statements are bounded by the effect's timeoutSeconds (the caller's
+    // timer, then close() cancels the one running), not by the pool's statement timeout
+    // (busyTimeoutMs, meant for ingest), which would cut a legitimate long query short.
+    await client.query(`SELECT set_config('statement_timeout', '0', true)`);
     await lockEffectKey(client, start.effectKey, leaseMs);
     if ((await client.query(`SELECT 1 FROM events WHERE id = $1 AND lease_owner = $2 AND status = 'processing'`, [lease.eventId, lease.owner])).rowCount !== 1) {
       await rollbackAndRelease(client);
@@ -340,14 +353,14 @@ export async function runTransactionalEffect(
 
   // The transaction (and the key lock) is held across this await: the handler's writes
   // and the ledger row below commit together, or not at all.
-  const { handle, close } = effectDb(client);
+  const { handle, close } = effectDb(c, client);
   let failure: { error: unknown } | undefined;
   try {
     await handler(handle);
   } catch (e) {
     failure = { error: e };
   } finally {
-    await close();
+    await close(failure !== undefined);
   }
 
   if (failure === undefined) {
@@ -379,7 +392,8 @@ export async function runTransactionalEffect(
 
   // The handler threw: its writes roll back; the failure is recorded in a transaction of its own.
   await rollbackAndRelease(client);
-  const error = message(failure.error);
+  // A handler whose connection was dropped under it failed on pg's "not queryable": say why.
+  const error = connectionLost(client) ?? message(failure.error);
   const finishedAt = now();
   const attemptId = await c.transaction('record module failure', async (tx) => {
     await tx.query(MARK_FAILED_TX, [start.effectKey, start.route, start.businessKey, lease.eventId, startedAt, finishedAt, error]);

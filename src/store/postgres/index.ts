@@ -41,7 +41,7 @@ export class PostgresStore implements Store {
   }
 
   async ping(): Promise<void> {
-    await this.#conn.query('ping', 'SELECT 1');
+    await this.#conn.ping();
   }
 
   async close(): Promise<void> {

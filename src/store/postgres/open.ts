@@ -51,10 +51,34 @@ export function createPool(url: string, options: PostgresOpenOptions): Pool {
     options: '-c synchronous_commit=on',
     types,
   });
-  // An idle connection dropped by the server (restart, 57P01) must not crash the process;
-  // the pool discards it and the next query opens a new one.
-  pool.on('error', () => {});
+  // pg emits 'error' on a client whose connection drops while no query of ours is waiting
+  // on it (the server terminated it, restarted, or the network went), and an 'error' with
+  // no listener is an uncaught exception: the process would end. So every connection has
+  // a listener from the moment it is made, idle or checked out (the pool's own listener
+  // covers idle ones only). The broken client is no longer queryable: its next query fails
+  // as a value (503 for ingest, a failed step for the drain), and release() discards it.
+  // The first error is the reason (the server's FATAL message); the socket's end follows.
+  pool.on('connect', (client) => client.on('error', (e: Error) => lostConnections.has(client) || lostConnections.set(client, e)));
+  // An idle connection dropped by the server: the pool discards it and the next query opens a new one.
+  pool.on('error', ignoreConnectionError);
   return pool;
+}
+
+/** An idle connection carries no work; the pool has already discarded it. */
+function ignoreConnectionError(): void {}
+
+/** Why each dropped connection was dropped, as the server or the socket said it. */
+const lostConnections = new WeakMap<pg.ClientBase, Error>();
+
+/**
+ * Why `client`'s connection was dropped, if it was: its queries then fail with pg's "not
+ * queryable", which names neither the server's reason nor that the connection is gone.
+ */
+export function connectionLost(client: PoolClient): string | undefined {
+  const e = lostConnections.get(client);
+  if (e === undefined) return undefined;
+  const code = (e as { code?: unknown }).code;
+  return `the database connection was lost (${typeof code === 'string' ? `${code} ` : ''}${e.message})`;
 }
 
 /**

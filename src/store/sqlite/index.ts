@@ -99,11 +99,22 @@ export class SqliteStore implements Store {
     }
   }
 
+  /**
+   * Takes the write lock and lets it go at once (no write, no fsync): a read would succeed
+   * while another process holds the lock and every insert answers 503. Waits for the lock
+   * as an insert does, up to busyTimeoutMs, without blocking the thread.
+   */
   async ping(): Promise<void> {
-    try {
-      this.db.prepare('SELECT 1').get();
-    } catch (e) {
-      throw sqliteError(e, 'ping');
+    const deadline = Date.now() + this.#options.busyTimeoutMs;
+    for (;;) {
+      try {
+        this.db.exec('BEGIN IMMEDIATE');
+        this.db.exec('ROLLBACK');
+        return;
+      } catch (e) {
+        if (!isBusy(e) || Date.now() >= deadline) throw sqliteError(e, 'ping');
+        await sleep(Math.min(10, Math.max(1, deadline - Date.now())));
+      }
     }
   }
 

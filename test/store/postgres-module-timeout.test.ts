@@ -1,0 +1,92 @@
+import { createHash } from 'node:crypto';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { callHandler, type ModuleHandler } from '../../src/effects/module.js';
+import type { ClaimedEvent, EffectStart } from '../../src/store/drain-types.js';
+import { openStore } from '../../src/store/open.js';
+import type { Store } from '../../src/store/types.js';
+import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
+
+/**
+ * A module effect's statements on PostgreSQL are bounded by the effect's timeoutSeconds,
+ * not by the pool's statement timeout (busyTimeoutMs, meant for ingest): a query longer
+ * than busyTimeoutMs but within timeoutSeconds runs to the end, and one the handler gives
+ * up on at timeoutSeconds is cancelled at once instead of holding the drain until the lease.
+ */
+
+const pgOk = await postgresAvailable();
+if (!pgOk) {
+  describe.skip('PostgreSQL module effect timeouts (PostgreSQL not reachable; see the notice above)', () => {
+    it('runs against PostgreSQL', () => {});
+  });
+}
+
+const LEASE_MS = 30_000;
+
+describe.runIf(pgOk)('module effect statements on PostgreSQL', () => {
+  let db: TestDatabase;
+  let store: Store;
+
+  beforeEach(async () => {
+    db = await createTestDatabase();
+    // serve's pool: statements past max(1 s, busyTimeoutMs) are cancelled.
+    store = await openStore(db.url, { busyTimeoutMs: 300, server: true });
+  });
+  afterEach(async () => {
+    await store?.close();
+    await db?.drop();
+  });
+
+  async function claimed(): Promise<ClaimedEvent> {
+    const body = Buffer.from('{"id":"e1"}');
+    await store.ingest({
+      source: 'shop',
+      deliveryId: 'e1',
+      eventType: 'order.paid',
+      headers: {},
+      body,
+      bodySha256: createHash('sha256').update(body).digest('hex'),
+      receivedAt: Date.now(),
+      successStatus: 202,
+      onConflict: 'reject',
+    });
+    const event = await store.claimEvent('test#1', Date.now(), LEASE_MS);
+    if (event === undefined) throw new Error('nothing to claim');
+    return event;
+  }
+
+  const start: EffectStart = { route: 'licence', businessKey: 'o1', effectKey: 'licence:o1', runToken: 'run-1', force: false };
+
+  async function run(handler: ModuleHandler, timeoutMs: number) {
+    const event = await claimed();
+    const moduleEvent = { id: event.id, source: event.source, deliveryId: event.deliveryId, eventType: event.eventType, headers: event.headers, body: event.body, receivedAt: event.receivedAt, json: {} };
+    const t0 = Date.now();
+    const outcome = await store.runTransactionalEffect(
+      event.lease,
+      event.attempt,
+      start,
+      (effectDb) => callHandler(handler, moduleEvent, { event: moduleEvent, route: start.route, key: start.businessKey, effectKey: start.effectKey, attempt: event.attempt, db: effectDb }, timeoutMs),
+      Date.now,
+      LEASE_MS,
+    );
+    return { outcome, tookMs: Date.now() - t0 };
+  }
+
+  it('a statement longer than the pool statement timeout (1 s) but within timeoutSeconds completes', async () => {
+    const { outcome } = await run(async (_e, ctx) => {
+      await ctx.db.query('SELECT pg_sleep(1.5)');
+    }, 5000);
+    expect(outcome).toMatchObject({ action: 'ok' });
+  });
+
+  it('a statement still running at timeoutSeconds is cancelled: the attempt fails as timed out at once, not after the lease', async () => {
+    const { outcome, tookMs } = await run(async (_e, ctx) => {
+      await ctx.db.query('SELECT pg_sleep(20)');
+    }, 500);
+    expect(outcome).toMatchObject({ action: 'failed' });
+    expect((outcome as { error: string }).error).toMatch(/timed out/);
+    expect(tookMs).toBeLessThan(3000);
+    // Nothing left running on the server.
+    const busy = await db.query(`SELECT pid FROM pg_stat_activity WHERE datname = $1 AND query LIKE 'SELECT pg_sleep(20)%' AND state = 'active'`, [db.name]);
+    expect(busy).toEqual([]);
+  });
+});

@@ -74,8 +74,14 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   let client: pg.Client | undefined;
   const connected = async () => {
     if (client === undefined) {
-      client = new pg.Client({ connectionString: url, types: numericInt8 });
-      await client.connect();
+      const c = new pg.Client({ connectionString: url, types: numericInt8 });
+      // Tests terminate connections on purpose (and drop() forces them closed): this one is
+      // then replaced on its next use instead of failing the run with an unhandled error.
+      c.on('error', () => {
+        if (client === c) client = undefined;
+      });
+      client = c;
+      await c.connect();
     }
     return client;
   };

@@ -90,7 +90,8 @@ describe('receiver send-test', () => {
   // every connection without an answer: with a reset, or with a plain close (after which
   // Node's fetch never settled, and send-test used to exit 0 having printed nothing).
   for (const [how, end, reason] of [
-    ['resets', (s: Socket) => s.resetAndDestroy(), /ECONNRESET/],
+    // Under load undici may see the reset only as a request that never got an answer.
+    ['resets', (s: Socket) => s.resetAndDestroy(), /ECONNRESET|socket hang up|other side closed|no answer within 10 s/],
     ['closes', (s: Socket) => s.destroy(), /no answer within 10 s|other side closed|ECONNRESET|socket hang up/],
   ] as const) {
     it(`a server that ${how} the connection without an answer: exit 1 with Error/Try`, async () => {

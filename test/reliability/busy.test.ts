@@ -79,9 +79,11 @@ describe('reliability: a retry storm against a locked database', () => {
       expect(stored.size).toBe(total);
       // A request waits for the lock at most busyTimeoutMs from its arrival, counting the time
       // it spent queued behind batches that were themselves waiting (then 503), never the hold.
-      // The margin: SQLite's busy handler sleeps up to 100 ms at a time, and HTTP.
+      // The margin: SQLite's busy handler sleeps up to 100 ms at a time, and HTTP; on a 2-core
+      // machine shared with other test files, waiting for a CPU (seen: 1.23 s at load 13).
+      // The hold itself lasts 2-3 s, so a request that waited it out would still fail this.
       expect(unavailableMs.length).toBeGreaterThan(0);
-      expect(Math.max(...unavailableMs)).toBeLessThan(busyTimeoutMs + 500);
+      expect(Math.max(...unavailableMs)).toBeLessThan(busyTimeoutMs + 1000);
       expect(integrity).toBe('ok');
       expect(serve.child.exitCode).toBe(0);
     },

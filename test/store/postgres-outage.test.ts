@@ -138,5 +138,5 @@ describe.runIf(pgOk)('serve on PostgreSQL while the database is unreachable', ()
     console.log(
       `outage (${how}): answers ${JSON.stringify(Object.fromEntries(result.statuses))}; /healthz 503 ${healthDownMs} ms after the cut, 200 ${healthUpMs} ms after the restore; load ${loadDoneAt - started} ms, drain done ${drainedMs} ms later`,
     );
-  }, 60_000);
+  }, 120_000);
 });

@@ -47,7 +47,7 @@ const ERROR_PAUSE_MS = 1000;
  * cost is shared, and the effects stay serial and in order. Small, so that several
  * receivers on one database still share the work.
  */
-export const CLAIM_BATCH = 8;
+export const CLAIM_BATCH = 16;
 
 /** The heartbeat renews every held claim this many times per lease. */
 const RENEWALS_PER_LEASE = 3;

@@ -7,6 +7,7 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import type { IngestResult, NewEvent } from '../types.js';
+import { isBusy } from './errors.js';
 import { ingestOne, ingestStatements } from './ingest.js';
 import { openSqlite } from './open.js';
 import { WalSync } from './wal-sync.js';
@@ -54,15 +55,21 @@ if (parentPort !== null) {
     const wal = new WalSync(init.path);
     const statements = ingestStatements(db);
     const commit = db.transaction((items: NewEvent[]) => items.map((e) => ingestOne(statements, e)));
-    // SQLite's busy wait, shortened for a batch that already waited behind others, so that
-    // a request's whole wait for a lock stays within busyTimeoutMs. Changed only when it
-    // differs by more than 20 ms: a fresh batch keeps the configured value.
-    let busyMs = init.busyTimeoutMs;
-    const waitUntil = (deadline: number) => {
-      const want = Math.max(0, Math.min(init.busyTimeoutMs, deadline - Date.now()));
-      if (Math.abs(want - busyMs) > 20) {
-        db.pragma(`busy_timeout = ${want}`);
-        busyMs = want;
+    // Waiting for the write lock: our own loop, not SQLite's busy handler, which sleeps at
+    // least 1 ms (then 2, 5, 10 ...) whenever the lock is taken. The drain thread takes it
+    // for a fraction of a millisecond at a time, so that would cost this thread a whole
+    // millisecond per collision. Here: 50 us doubling to 2 ms, until the batch's deadline
+    // (a request's whole wait for a lock stays within busyTimeoutMs from its arrival).
+    db.pragma('busy_timeout = 0');
+    const pause = new Int32Array(new SharedArrayBuffer(4));
+    const commitBy = (items: NewEvent[], deadline: number): IngestResult[] => {
+      for (let waitMs = 0.05; ; waitMs = Math.min(2, waitMs * 2)) {
+        try {
+          return commit.immediate(items);
+        } catch (e) {
+          if (!isBusy(e) || Date.now() >= deadline) throw e;
+          Atomics.wait(pause, 0, 0, Math.min(waitMs, Math.max(0, deadline - Date.now())));
+        }
       }
     };
     port.on('message', (m: WorkerRequest) => {
@@ -75,8 +82,7 @@ if (parentPort !== null) {
       }
       // Structured clone turns Buffers into Uint8Arrays; better-sqlite3 binds both as BLOBs.
       try {
-        waitUntil(m.deadline);
-        const results = commit.immediate(m.items);
+        const results = commitBy(m.items, m.deadline);
         wal.syncBlocking();
         port.postMessage({ type: 'batch', seq: m.seq, results } satisfies WorkerReply);
       } catch (e) {

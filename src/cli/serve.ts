@@ -133,6 +133,7 @@ export async function serve(options: ServeOptions): Promise<void> {
     routes: config.routes,
     onError: (e) => logger.error({ err: e }, 'request failed'),
     ...(config.metrics.enabled ? { extend: metricsRoute(metrics, { token: config.metrics.token }) } : {}),
+    ...(config.admin === undefined ? {} : { admin: { config, token: config.admin.token } }),
   });
   const server = createAdaptorServer({ fetch: app.fetch, serverOptions: serverTimeouts(config) }) as Server;
   server.on('error', (e) => logger.error({ err: e }, 'http server error'));

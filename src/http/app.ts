@@ -4,6 +4,7 @@ import type { RouteConfig } from '../config/schema.js';
 import type { ResolvedSource } from '../providers/types.js';
 import type { IngestResult, Store } from '../store/types.js';
 import { ingestHandler, type DeliveryOutcome } from './ingest.js';
+import { createAdmin, type AdminOptions } from './admin/index.js';
 
 export interface AppOptions {
   sources: ReadonlyMap<string, ResolvedSource>;
@@ -16,6 +17,8 @@ export interface AppOptions {
   routes?: readonly RouteConfig[] | undefined;
   /** Extra routes (metrics) mounted by the caller. */
   extend?: (app: Hono) => void;
+  /** The admin pages and API at /admin (off when absent). */
+  admin?: Omit<AdminOptions, 'store'> | undefined;
   /** Unexpected errors (500s) are reported here; the client sees no detail. */
   onError?: (e: unknown) => void;
 }
@@ -49,6 +52,7 @@ export function createApp(options: AppOptions): Hono {
     }
   });
   options.extend?.(app);
+  if (options.admin !== undefined) app.route('/admin', createAdmin({ ...options.admin, store: options.store }));
   app.notFound((c) => c.json({ error: 'not_found', message: 'no such route; deliveries go to POST /webhooks/<source>' }, 404));
   app.onError((e, c) => errorResponse(e, c, options.onError));
   return app;

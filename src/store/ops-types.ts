@@ -151,6 +151,8 @@ export interface ConflictRow {
   bodySha256: string;
   /** Deliveries of the same differing body since. */
   repeats: number;
+  /** The differing body as first received; null after tiered retention dropped it. */
+  body: Buffer | null;
 }
 
 /** One event with everything `events show` prints. */

@@ -204,6 +204,7 @@ describe.each(backends)('$name store contract', (backend) => {
       const shown = await store.getEvent(first.eventId);
       expect(shown!.body!.toString()).toBe('{"a":1}');
       expect(shown!.conflicts.map((c) => c.receivedAt)).toEqual([T0 + SEC, T0 + 2 * SEC]);
+      expect(shown!.conflicts.map((c) => c.body?.toString())).toEqual(['{"a":2}', '{"a":3}']);
       expect((await store.stats(T0)).conflicts).toBe(2);
     });
 

@@ -21,7 +21,6 @@ import {
   CONFLICT_COLUMNS,
   DETAIL_COLUMNS,
   EFFECT_COLUMNS,
-  SUMMARY_COLUMNS,
   toAttempt,
   toConflict,
   toEffect,

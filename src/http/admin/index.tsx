@@ -12,7 +12,7 @@ import { CHART_HOURS, hourBuckets } from './chart.js';
 import { filtersQuery, parseFilters, toListQuery, type EventFilters } from './filters.js';
 import { fromAnotherOrigin, overHttps, securityHeaders } from './guard.js';
 import { LoginThrottle, SESSION_COOKIE, Sessions } from './session.js';
-import { ADMIN_CSS } from './style.js';
+import { ADMIN_CSS, ADMIN_ICON } from './style.js';
 import { ADMIN, EventPage, EventsPage, LoginPage, MessagePage, OverviewPage, ReplayOutcome } from './views.js';
 
 /**
@@ -147,6 +147,8 @@ export function createAdmin(options: AdminOptions): Hono<AdminEnv> {
 
   // --- the pages ------------------------------------------------------------------------
   admin.get('/admin.css', (c) => c.body(ADMIN_CSS, 200, { 'content-type': 'text/css; charset=utf-8' }));
+  // An icon of our own, so the browser does not ask the webhook listener for /favicon.ico.
+  admin.get('/favicon.svg', (c) => c.body(ADMIN_ICON, 200, { 'content-type': 'image/svg+xml' }));
 
   admin.get('/login', (c) => {
     if (sessions.verify(getCookie(c, SESSION_COOKIE), now()) !== undefined) return c.redirect(safeNext(c.req.query('next')), 303);

@@ -54,3 +54,6 @@ ul.legend span { display: inline-block; width: .8rem; height: .8rem; margin-righ
 .login { max-width: 26rem; margin: 4rem auto; }
 .login input { width: 100%; }
 `;
+
+/** The pages' icon: a small inbox tray. */
+export const ADMIN_ICON = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" fill="#0969da"/><path d="M3 9h3l1 2h2l1-2h3v3H3z" fill="#fff"/></svg>`;

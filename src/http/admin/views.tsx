@@ -47,6 +47,7 @@ export function Layout(props: { title: string; csrf?: string | undefined; childr
         <meta name="viewport" content="width=device-width, initial-scale=1" />
         <title>{`${props.title} · receiver admin`}</title>
         <link rel="stylesheet" href={`${ADMIN}/admin.css`} />
+        <link rel="icon" href={`${ADMIN}/favicon.svg`} type="image/svg+xml" />
       </head>
       <body>
         <header>

@@ -289,6 +289,57 @@ describe('admin HTTP', () => {
   });
 });
 
+describe('admin pages', () => {
+  let tmp: ReturnType<typeof tempDir>;
+  let app: RunningApp;
+  let ids: Seeded;
+  let cookie: string;
+  beforeAll(async () => {
+    tmp = tempDir('receiver-admin-');
+    ids = seed(tmp.dir, NOW);
+    app = await startAdmin(adminConfig(tmp.dir), { now: () => NOW });
+    cookie = (await login(app.url)).cookie!;
+  });
+  afterAll(async () => {
+    await app.close();
+    tmp.cleanup();
+  });
+  const get = async (path: string) => (await fetch(`${app.url}${path}`, { headers: { cookie } })).text();
+
+  it('the event page shows attempts with their output, the ledger rows, and conflicts with their differing body', async () => {
+    const html = await get(`/admin/events/${ids.done}`);
+    expect(html).toMatch(/<pre aria-label="Effect output">licence sent\n<\/pre>/);
+    expect(html).toContain(`<td class="mono">licence:${ids.done}</td><td>done</td>`);
+    expect(html).toContain('<pre aria-label="Conflicting body">{&quot;other&quot;:true}</pre>');
+    const dead = await get(`/admin/events/${ids.dead}`);
+    expect(dead).toContain('<div>smtp: connection refused</div>');
+  });
+
+  it('the events page filters with the same parameters, pages by keyset, and says what is wrong with a filter', async () => {
+    const first = await get('/admin/events?limit=2');
+    expect(first.match(/<tr><td class="num"><a href="\/admin\/events\/(\d+)"/g)).toHaveLength(2);
+    const older = /<a href="(\/admin\/events\?[^"]*before=\d+)">Older events<\/a>/.exec(first)?.[1];
+    expect(older).toBe(`/admin/events?limit=2&amp;before=${ids.xss}`);
+    const dead = await get('/admin/events?status=dead&delivery=evt_dead&match=prefix');
+    expect(dead).toContain(`<a href="/admin/events/${ids.dead}">evt_dead_1</a>`);
+    expect(dead).not.toContain('evt_done_1');
+    expect(dead).not.toContain('Older events');
+    const res = await fetch(`${app.url}/admin/events?from=yesterday`, { headers: { cookie } });
+    expect(res.status).toBe(400);
+    expect(await res.text()).toContain('from: &quot;yesterday&quot; is not a time');
+  });
+
+  it('replays every dead event from the overview, and shows the outcome', async () => {
+    const overview = await get('/admin/');
+    expect(overview).toContain('Replay all 1 dead events');
+    const form = { method: 'POST', headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' }, body: `csrf=${csrfOf(overview)}` };
+    const res = await fetch(`${app.url}/admin/replay-dead`, form);
+    expect(res.status).toBe(200);
+    expect(await res.text()).toContain(`Replayed event ${ids.dead} (was dead)`);
+    expect(await (await fetch(`${app.url}/admin/replay-dead`, form)).text()).toContain('No dead events to replay.');
+  });
+});
+
 describe('failed logins', () => {
   it('slow further tries: after 3 wrong tokens each try must wait, doubling; no token is checked meanwhile', async () => {
     const tmp = tempDir('receiver-admin-');

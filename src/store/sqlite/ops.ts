@@ -187,7 +187,7 @@ export function replayDead(db: Db, options: ReplayOptions): Promise<ReplayResult
 
 export function listEvents(db: Db, query: ListEventsQuery): Promise<EventSummary[]> {
   return guarded('events list', () => {
-    const { sql, params } = listEventsSql(query, () => '?');
+    const { sql, params } = listEventsSql(query, () => '?', (column) => `+${column}`);
     return (db.prepare(sql).all(...params) as EventRow[]).map(toSummary);
   });
 }

@@ -226,6 +226,17 @@ describe('admin HTTP', () => {
       expect((await api('/stats', { headers: { ...bearer, origin: 'https://evil.example' } })).status).toBe(200);
     });
 
+    it('after a login the browser goes back where it was going, within /admin only', async () => {
+      const after = async (next: string) => {
+        const res = await fetch(`${app.url}/admin/login`, { method: 'POST', redirect: 'manual', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams({ token: TOKEN, next }).toString() });
+        return res.headers.get('location');
+      };
+      expect(await after('/admin/events?status=dead')).toBe('/admin/events?status=dead');
+      for (const elsewhere of ['https://evil.example/admin', '//evil.example/admin', '/admin//evil.example', '/admin/\\evil.example', '/admin/x\r\nset-cookie: a=b', '/webhooks/x']) {
+        expect(await after(elsewhere)).toBe('/admin/');
+      }
+    });
+
     it('a login form posted from another site is refused', async () => {
       expect((await login(app.url, TOKEN, { origin: 'https://evil.example' })).status).toBe(403);
       expect((await login(app.url, TOKEN, { 'sec-fetch-site': 'cross-site' })).status).toBe(403);

@@ -58,7 +58,7 @@ function replayStatus(r: ReplayResult): 200 | 404 | 409 {
 
 /** Only paths inside the admin pages are followed after a login (never another site). */
 function safeNext(next: unknown): string {
-  return typeof next === 'string' && /^\/admin(\/[^/\\][^\\]*)?\/?$/.test(next) && !next.includes('//') ? next : `${ADMIN}/`;
+  return typeof next === 'string' && /^\/admin(\/[^/\\\s][^\\\s]*)?\/?$/.test(next) && !next.includes('//') ? next : `${ADMIN}/`;
 }
 
 export function createAdmin(options: AdminOptions): Hono<AdminEnv> {

@@ -237,6 +237,14 @@ describe('admin HTTP', () => {
       }
     });
 
+    it('reads no admin request body over 16 KiB, not even a login form', async () => {
+      const big = `token=${'x'.repeat(20_000)}`;
+      expect((await fetch(`${app.url}/admin/login`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: big })).status).toBe(413);
+      const chunked = new ReadableStream({ start: (c) => (c.enqueue(new TextEncoder().encode(big)), c.close()) });
+      const res = await fetch(`${app.url}/admin/login`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: chunked, duplex: 'half' } as RequestInit);
+      expect(res.status).toBe(413);
+    });
+
     it('a login form posted from another site is refused', async () => {
       expect((await login(app.url, TOKEN, { origin: 'https://evil.example' })).status).toBe(403);
       expect((await login(app.url, TOKEN, { 'sec-fetch-site': 'cross-site' })).status).toBe(403);

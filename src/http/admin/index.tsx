@@ -1,4 +1,5 @@
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
 import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
 import { detailJson, summaryJson } from '../../cli/events.js';
 import { replayJson } from '../../cli/replay.js';
@@ -68,6 +69,9 @@ export function createAdmin(options: AdminOptions): Hono<AdminEnv> {
   const throttle = new LoginThrottle(now, options.throttle);
   const admin = new Hono<AdminEnv>();
   admin.use('*', securityHeaders());
+  // Forms and API bodies are a few hundred bytes; the login form is open to anyone who
+  // reaches the listener, so nothing larger is read into memory.
+  admin.use('*', bodyLimit({ maxSize: 16 * 1024, onError: (c) => jsonError(c, 413, 'too_large', 'admin request bodies are limited to 16 KiB') }));
 
   // --- the JSON API -------------------------------------------------------------------
   const apiAuth: MiddlewareHandler<AdminEnv> = async function adminApiAuth(c, next) {

@@ -69,7 +69,8 @@ function explain(r: ReplayRefusal): string {
   }
 }
 
-function toJson(result: ReplayResult) {
+/** The JSON document of `replay --json` (and of the admin API's replay routes). */
+export function replayJson(result: ReplayResult) {
   return {
     replayed: result.replayed.map((e) => ({ id: e.eventId, source: e.source, deliveryId: e.deliveryId, previousStatus: e.previousStatus, force: e.force })),
     refused: result.refused.map((r) => ({
@@ -105,7 +106,7 @@ export async function replay(ids: string[], options: ReplayOptions): Promise<voi
     await store.close();
   }
 
-  if (options.json === true) printJson(toJson(result));
+  if (options.json === true) printJson(replayJson(result));
   if (result.refused.length > 0) {
     const hint = result.refused.some((r) => r.reason === 'processing') ? 'wait until it finishes (at most until its lease expires), then run the same command again' : undefined;
     throw new ReceiverError('not_found', `nothing was replayed: ${result.refused.map(explain).join('; ')}`, hint === undefined ? {} : { hint });

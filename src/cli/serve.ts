@@ -192,6 +192,7 @@ export async function serve(options: ServeOptions): Promise<void> {
     routes: config.routes,
     onError: (e) => logger.error({ err: e }, 'request failed'),
     ...(config.metrics.enabled ? { extend: metricsRoute(metrics, { token: config.metrics.token }) } : {}),
+    ...(config.admin === undefined ? {} : { admin: { config, token: config.admin.token } }),
   });
   const server = createAdaptorServer({ fetch: app.fetch, serverOptions: serverTimeouts(config) }) as Server;
   // Answers not yet sent, so a shutdown can ask each keep-alive client to disconnect.

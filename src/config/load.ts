@@ -9,12 +9,17 @@ import { checkTemplate } from '../template.js';
 import { configSchema, HEADER_NAME, type RawConfig, type RouteConfig, type SourceConfig } from './schema.js';
 import { resolveSecret, type Secret } from './secret.js';
 
-export interface Config extends Omit<RawConfig, 'sources' | 'metrics'> {
+/** An admin token shorter than this is refused: it is the only thing between the web and replay. */
+export const ADMIN_TOKEN_MIN_LENGTH = 32;
+
+export interface Config extends Omit<RawConfig, 'sources' | 'metrics' | 'admin'> {
   /** Where the configuration came from (for messages). */
   file: string;
   sources: ReadonlyMap<string, ResolvedSource>;
   routes: RouteConfig[];
   metrics: { enabled: boolean; token: Secret | undefined };
+  /** Set when the admin pages are on (and secrets were resolved). */
+  admin: { token: Secret } | undefined;
 }
 
 /** Values from flags; they win over the environment, which wins over the file. */
@@ -225,6 +230,20 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     }
   }
 
+  let admin: Config['admin'];
+  if (raw.admin !== undefined && overrides.withoutSecrets !== true) {
+    try {
+      const adminToken = resolveSecret(raw.admin.token, 'admin.token', env);
+      const length = adminToken.reveal().length;
+      if (length < ADMIN_TOKEN_MIN_LENGTH) {
+        problems.push(`admin.token: is ${length} characters long; it must be at least ${ADMIN_TOKEN_MIN_LENGTH} (try: openssl rand -hex 32)`);
+      } else admin = { token: adminToken };
+    } catch (e) {
+      if (!(e instanceof ReceiverError)) throw e;
+      problems.push(e.message);
+    }
+  }
+
   if (problems.length > 0) throw configError(`${file}: invalid configuration\n${problems.join('\n')}`, 'fix the fields named above, then run `receiver check-config`');
 
   return {
@@ -236,5 +255,6 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     log: { level: level as RawConfig['log']['level'] },
     sources,
     metrics: { enabled: raw.metrics.enabled, token },
+    admin,
   };
 }

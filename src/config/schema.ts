@@ -103,6 +103,8 @@ export const configSchema = z.strictObject({
       token: secretRef.optional(),
     })
     .default({ enabled: true }),
+  /** The admin pages and API at /admin on the serve listener; absent: off. */
+  admin: z.strictObject({ token: secretRef }).optional(),
   /** SIGTERM: how long the running effect may finish before we leave it to its lease. */
   shutdownGraceSeconds: z.number().nonnegative().default(10),
   /** Slow or stalled clients are cut off after this long. */

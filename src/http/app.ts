@@ -5,6 +5,7 @@ import type { ResolvedSource } from '../providers/types.js';
 import type { IngestResult, Store } from '../store/types.js';
 import { healthHandler, ingestHealth, RETRY_AFTER_SECONDS } from './health.js';
 import { ingestHandler, type DeliveryOutcome } from './ingest.js';
+import { createAdmin, type AdminOptions } from './admin/index.js';
 
 export interface AppOptions {
   sources: ReadonlyMap<string, ResolvedSource>;
@@ -17,6 +18,8 @@ export interface AppOptions {
   routes?: readonly RouteConfig[] | undefined;
   /** Extra routes (metrics) mounted by the caller. */
   extend?: (app: Hono) => void;
+  /** The admin pages and API at /admin (off when absent). */
+  admin?: Omit<AdminOptions, 'store'> | undefined;
   /** Unexpected errors (500s) are reported here; the client sees no detail. */
   onError?: (e: unknown) => void;
 }
@@ -47,6 +50,7 @@ export function createApp(options: AppOptions): Hono {
   app.post('/webhooks/:source', ingestHandler({ ...options, onOutcome }));
   app.get('/healthz', healthHandler({ ping: () => options.store.ping(), ingest: health }));
   options.extend?.(app);
+  if (options.admin !== undefined) app.route('/admin', createAdmin({ ...options.admin, store: options.store }));
   app.notFound((c) => c.json({ error: 'not_found', message: 'no such route; deliveries go to POST /webhooks/<source>' }, 404));
   app.onError((e, c) => errorResponse(e, c, options.onError));
   return app;

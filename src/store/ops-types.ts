@@ -78,6 +78,20 @@ export interface ReplayOptions {
 export interface ListEventsQuery {
   status?: EventStatus | undefined;
   source?: string | undefined;
+  eventType?: string | undefined;
+  /** This delivery id exactly (in any source unless `source` is set). */
+  deliveryId?: string | undefined;
+  /** Delivery ids starting with this text. */
+  deliveryIdPrefix?: string | undefined;
+  /** received_at >= this (ms). */
+  receivedFrom?: number | undefined;
+  /** received_at < this (ms). */
+  receivedBefore?: number | undefined;
+  /**
+   * Keyset pagination: only events with a smaller id, i.e. the last id of the previous
+   * page. A page deep in the list then costs what the first one does (no OFFSET).
+   */
+  beforeId?: number | undefined;
   /** At most this many, newest first. */
   limit: number;
 }
@@ -137,6 +151,8 @@ export interface ConflictRow {
   bodySha256: string;
   /** Deliveries of the same differing body since. */
   repeats: number;
+  /** The differing body as first received; null after tiered retention dropped it. */
+  body: Buffer | null;
 }
 
 /** One event with everything `events show` prints. */
@@ -190,6 +206,23 @@ export interface QueueStats {
   oldestPendingReceivedAt: number | null;
 }
 
+/** Events received in one hour, by what became of them (their status now), or conflicting deliveries. */
+export interface HourlyDeliveries {
+  /** Start of the hour (ms, UTC). */
+  hour: number;
+  outcome: EventStatus | 'conflict';
+  /** Events; for `conflict`, each differing body once plus its repeats. */
+  count: number;
+}
+
+/** Failed effect attempts of one route. */
+export interface RouteFailures {
+  route: string;
+  failures: number;
+  /** started_at of the newest failed attempt (ms). */
+  lastFailedAt: number;
+}
+
 export interface OpsStore {
   /** How many `done` events have received_at < receivedBefore (purge --dry-run). */
   countPurgeable(receivedBefore: number): Promise<number>;
@@ -230,8 +263,17 @@ export interface OpsStore {
   /** replayEvents for every `dead` event, in one transaction. Refuses only dead events whose body was dropped (never, today: only `done` bodies are dropped). */
   replayDead(options: ReplayOptions): Promise<ReplayResult>;
 
-  /** Newest first (by id). */
+  /** Newest first (by id), every filter given applied (AND). */
   listEvents(query: ListEventsQuery): Promise<EventSummary[]>;
+
+  /**
+   * Events received since `since` (ms), counted per hour and outcome, oldest hour first.
+   * Reads only the newest rows (by id), so its cost follows the window, not the table.
+   */
+  deliveriesPerHour(since: number): Promise<HourlyDeliveries[]>;
+
+  /** Attempts with outcome `failed` started since `since` (ms), per route, most failures first. */
+  effectFailuresByRoute(since: number): Promise<RouteFailures[]>;
 
   /** One event with headers, body, attempts, effects and conflicts; undefined if unknown. */
   getEvent(eventId: number): Promise<EventDetail | undefined>;

@@ -105,10 +105,11 @@ export interface ConflictDbRow {
   received_at: number;
   body_sha256: string;
   repeats: number;
+  body: Buffer | null;
 }
 
-export const CONFLICT_COLUMNS = 'id, received_at, body_sha256, repeats';
+export const CONFLICT_COLUMNS = 'id, received_at, body_sha256, repeats, body';
 
 export function toConflict(c: ConflictDbRow): ConflictRow {
-  return { id: c.id, receivedAt: c.received_at, bodySha256: c.body_sha256, repeats: c.repeats };
+  return { id: c.id, receivedAt: c.received_at, bodySha256: c.body_sha256, repeats: c.repeats, body: c.body };
 }

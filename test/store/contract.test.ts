@@ -204,6 +204,7 @@ describe.each(backends)('$name store contract', (backend) => {
       const shown = await store.getEvent(first.eventId);
       expect(shown!.body!.toString()).toBe('{"a":1}');
       expect(shown!.conflicts.map((c) => c.receivedAt)).toEqual([T0 + SEC, T0 + 2 * SEC]);
+      expect(shown!.conflicts.map((c) => c.body?.toString())).toEqual(['{"a":2}', '{"a":3}']);
       expect((await store.stats(T0)).conflicts).toBe(2);
     });
 
@@ -769,6 +770,74 @@ describe.each(backends)('$name store contract', (backend) => {
         expect(await store.queueStats()).toEqual({ pending: 1, processing: 1, dead: 1, oldestPendingReceivedAt: T0 - DAY });
       }
       expect(await store.getEvent(123_456)).toBeUndefined();
+    });
+
+    it('lists by every admin filter, and pages by keyset (id) through the whole list', async () => {
+      const HOUR = 3_600_000;
+      const ids: number[] = [];
+      for (let i = 0; i < 7; i++) {
+        const source = i % 2 === 0 ? 'shop' : 'github';
+        const r = await store.ingest(event(`evt_${i}`, undefined, { source, eventType: i < 3 ? 'order.paid' : 'order.refunded', receivedAt: T0 + i * HOUR }));
+        ids.push(r.eventId);
+      }
+      await store.ingest(event('other_%_1', undefined, { source: 'shop', eventType: 'ping', receivedAt: T0 + 10 * HOUR }));
+      const list = async (q: Omit<Parameters<Store['listEvents']>[0], 'limit'>, limit = 100) => (await store.listEvents({ limit, ...q })).map((e) => e.deliveryId);
+
+      expect(await list({ deliveryId: 'evt_3' })).toEqual(['evt_3']);
+      expect(await list({ deliveryId: 'evt_3', source: 'shop' })).toEqual([]);
+      expect(await list({ deliveryId: 'evt' })).toEqual([]);
+      expect(await list({ deliveryIdPrefix: 'evt_' }, 3)).toEqual(['evt_6', 'evt_5', 'evt_4']);
+      // % and _ are plain characters, not LIKE patterns.
+      expect(await list({ deliveryIdPrefix: 'other_%' })).toEqual(['other_%_1']);
+      expect(await list({ deliveryIdPrefix: 'e%' })).toEqual([]);
+      expect(await list({ eventType: 'order.paid' })).toEqual(['evt_2', 'evt_1', 'evt_0']);
+      expect(await list({ eventType: 'order.paid', source: 'github' })).toEqual(['evt_1']);
+      expect(await list({ receivedFrom: T0 + 2 * HOUR, receivedBefore: T0 + 4 * HOUR })).toEqual(['evt_3', 'evt_2']);
+
+      // Keyset pages: each starts below the previous page's last id; together they are the list.
+      const pages: string[][] = [];
+      let beforeId: number | undefined;
+      for (;;) {
+        const page = await store.listEvents({ limit: 3, deliveryIdPrefix: 'evt_', beforeId });
+        if (page.length === 0) break;
+        pages.push(page.map((e) => e.deliveryId));
+        beforeId = page[page.length - 1]!.id;
+      }
+      expect(pages).toEqual([['evt_6', 'evt_5', 'evt_4'], ['evt_3', 'evt_2', 'evt_1'], ['evt_0']]);
+      expect((await store.listEvents({ limit: 10, beforeId: ids[1] })).map((e) => e.id)).toEqual([ids[0]]);
+    });
+
+    it('counts deliveries per hour by outcome and failed attempts per route, within the window only', async () => {
+      const HOUR = 3_600_000;
+      const now = T0 + 48 * HOUR;
+      const old = await store.ingest(event('old', undefined, { receivedAt: now - 60 * HOUR }));
+      const a = await store.ingest(event('a', undefined, { receivedAt: now - 2 * HOUR + 5 }));
+      const b = await store.ingest(event('b', undefined, { receivedAt: now - 2 * HOUR + 10 }));
+      await store.ingest(event('c', undefined, { receivedAt: now - HOUR + 1 }));
+      await store.ingest(event('c', '{"different":1}', { receivedAt: now - HOUR + 2 }));
+      await store.ingest(event('c', '{"different":1}', { receivedAt: now - HOUR + 3 }));
+      await o.exec(`UPDATE events SET status = 'done' WHERE id IN (${old.eventId}, ${a.eventId})`);
+      await o.exec(`UPDATE events SET status = 'dead' WHERE id = ${b.eventId}`);
+      const since = now - 48 * HOUR;
+      const hourOf = (t: number) => Math.floor(t / HOUR) * HOUR;
+      expect(await store.deliveriesPerHour(since)).toEqual([
+        { hour: hourOf(now - 2 * HOUR + 5), outcome: 'dead', count: 1 },
+        { hour: hourOf(now - 2 * HOUR + 5), outcome: 'done', count: 1 },
+        { hour: hourOf(now - HOUR + 1), outcome: 'conflict', count: 2 },
+        { hour: hourOf(now - HOUR + 1), outcome: 'pending', count: 1 },
+      ]);
+
+      await store.recordAttempt({ eventId: old.eventId, attempt: 1, route: 'mail', outcome: 'failed', error: 'old', startedAt: now - 50 * HOUR, finishedAt: now - 50 * HOUR });
+      await store.recordAttempt({ eventId: a.eventId, attempt: 1, route: 'mail', outcome: 'failed', error: 'x', startedAt: now - 90, finishedAt: now - 80 });
+      // An attempt that did not fail is not counted.
+      await o.exec(`INSERT INTO attempts (event_id, attempt, route, started_at, finished_at, outcome) VALUES (${a.eventId}, 2, 'mail', ${now - 70}, ${now - 60}, 'ok')`);
+      await store.recordAttempt({ eventId: b.eventId, attempt: 1, route: 'crm', outcome: 'failed', error: 'y', startedAt: now - 50, finishedAt: now - 40 });
+      await store.recordAttempt({ eventId: b.eventId, attempt: 2, route: 'crm', outcome: 'failed', error: 'z', startedAt: now - 30, finishedAt: now - 20 });
+      expect(await store.effectFailuresByRoute(since)).toEqual([
+        { route: 'crm', failures: 2, lastFailedAt: now - 30 },
+        { route: 'mail', failures: 1, lastFailedAt: now - 90 },
+      ]);
+      expect(await store.effectFailuresByRoute(now)).toEqual([]);
     });
   });
 });

@@ -132,6 +132,14 @@ export class PostgresStore implements Store {
   listEvents(query: ListEventsQuery) {
     return ops.listEvents(this.#conn, query);
   }
+
+  deliveriesPerHour(since: number) {
+    return ops.deliveriesPerHour(this.#conn, since);
+  }
+
+  effectFailuresByRoute(since: number) {
+    return ops.effectFailuresByRoute(this.#conn, since);
+  }
   getEvent(eventId: number) {
     return ops.getEvent(this.#conn, eventId);
   }

@@ -3,15 +3,17 @@ import type {
   EventDetail,
   EventStatus,
   EventSummary,
+  HourlyDeliveries,
   ListEventsQuery,
   PurgeBatchResult,
   QueueStats,
   ReplayOptions,
   ReplayRefusal,
   ReplayResult,
+  RouteFailures,
   StoreStats,
 } from '../ops-types.js';
-import { EVENT_STATUSES } from '../ops-types.js';
+import { deliveriesPerHourSql, effectFailuresByRouteSql, listEventsSql, toHourly, toRouteFailures, type HourlyDbRow, type RouteFailuresDbRow } from '../ops-queries.js';
 import type { Conn } from './conn.js';
 import type { PoolClient } from './open.js';
 import {
@@ -19,7 +21,6 @@ import {
   CONFLICT_COLUMNS,
   DETAIL_COLUMNS,
   EFFECT_COLUMNS,
-  SUMMARY_COLUMNS,
   toAttempt,
   toConflict,
   toEffect,
@@ -158,17 +159,19 @@ export async function replayDead(c: Conn, options: ReplayOptions): Promise<Repla
 }
 
 export async function listEvents(c: Conn, query: ListEventsQuery): Promise<EventSummary[]> {
-  const where: string[] = [];
-  const params: unknown[] = [];
-  if (query.status !== undefined) {
-    if (!EVENT_STATUSES.includes(query.status)) throw new TypeError(`unknown status ${String(query.status)}`);
-    // A literal (checked above), so the planner can use the partial index for that status.
-    where.push(`status = '${query.status}'`);
-  }
-  if (query.source !== undefined) where.push(`source = $${params.push(query.source)}`);
-  const sql = `SELECT ${SUMMARY_COLUMNS} FROM events ${where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY id DESC LIMIT $${params.push(query.limit)}`;
+  const { sql, params } = listEventsSql(query, (n) => `$${n}`);
   const { rows } = await c.query<EventDbRow>('events list', sql, params);
   return rows.map(toSummary);
+}
+
+export async function deliveriesPerHour(c: Conn, since: number): Promise<HourlyDeliveries[]> {
+  const { rows } = await c.query<HourlyDbRow>('admin overview', deliveriesPerHourSql((n) => `$${n}::bigint`), [since]);
+  return rows.map(toHourly);
+}
+
+export async function effectFailuresByRoute(c: Conn, since: number): Promise<RouteFailures[]> {
+  const { rows } = await c.query<RouteFailuresDbRow>('admin overview', effectFailuresByRouteSql((n) => `$${n}::bigint`), [since]);
+  return rows.map(toRouteFailures);
 }
 
 export async function getEvent(c: Conn, eventId: number): Promise<EventDetail | undefined> {

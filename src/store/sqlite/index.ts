@@ -143,6 +143,14 @@ export class SqliteStore implements Store {
   listEvents(query: ListEventsQuery) {
     return ops.listEvents(this.db, query);
   }
+
+  deliveriesPerHour(since: number) {
+    return ops.deliveriesPerHour(this.db, since);
+  }
+
+  effectFailuresByRoute(since: number) {
+    return ops.effectFailuresByRoute(this.db, since);
+  }
   getEvent(eventId: number) {
     return ops.getEvent(this.db, eventId);
   }

@@ -4,15 +4,17 @@ import type {
   EventDetail,
   EventStatus,
   EventSummary,
+  HourlyDeliveries,
   ListEventsQuery,
   PurgeBatchResult,
   ReplayOptions,
   ReplayRefusal,
   ReplayResult,
   ReplayedEvent,
+  RouteFailures,
   StoreStats,
 } from '../ops-types.js';
-import { EVENT_STATUSES } from '../ops-types.js';
+import { deliveriesPerHourSql, effectFailuresByRouteSql, listEventsSql, toHourly, toRouteFailures, type HourlyDbRow, type RouteFailuresDbRow } from '../ops-queries.js';
 import { ATTEMPT_COLUMNS, CONFLICT_COLUMNS, EFFECT_COLUMNS, SUMMARY_COLUMNS, toAttempt, toConflict, toEffect, toSummary, type AttemptDbRow, type ConflictDbRow, type EffectDbRow, type EventSummaryRow } from '../rows.js';
 import { sqliteError } from './errors.js';
 import type { Db } from './open.js';
@@ -185,23 +187,21 @@ export function replayDead(db: Db, options: ReplayOptions): Promise<ReplayResult
 
 export function listEvents(db: Db, query: ListEventsQuery): Promise<EventSummary[]> {
   return guarded('events list', () => {
-    const where: string[] = [];
-    const params: unknown[] = [];
-    if (query.status !== undefined) {
-      if (!EVENT_STATUSES.includes(query.status)) throw new TypeError(`unknown status ${String(query.status)}`);
-      // A literal (checked above), so SQLite can use the partial index for that status.
-      where.push(`status = '${query.status}'`);
-    }
-    if (query.source !== undefined) {
-      where.push(`source = ?`);
-      params.push(query.source);
-    }
-    const sql = `SELECT ${SUMMARY_COLUMNS} FROM events ${where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY id DESC LIMIT ?`;
-    return (db.prepare(sql).all(...params, query.limit) as EventRow[]).map(toSummary);
+    const { sql, params } = listEventsSql(query, () => '?', (column) => `+${column}`);
+    return (db.prepare(sql).all(...params) as EventRow[]).map(toSummary);
   });
 }
 
+/** One named parameter, used more than once in the text (better-sqlite3 binds @p1 from { p1 }). */
+const named = (n: number) => `@p${n}`;
 
+export function deliveriesPerHour(db: Db, since: number): Promise<HourlyDeliveries[]> {
+  return guarded('admin overview', () => (db.prepare(deliveriesPerHourSql(named)).all({ p1: since }) as HourlyDbRow[]).map(toHourly));
+}
+
+export function effectFailuresByRoute(db: Db, since: number): Promise<RouteFailures[]> {
+  return guarded('admin overview', () => (db.prepare(effectFailuresByRouteSql(named)).all({ p1: since }) as RouteFailuresDbRow[]).map(toRouteFailures));
+}
 
 function parseJsonObject(text: string | null): Record<string, string> | null {
   if (text === null) return null;

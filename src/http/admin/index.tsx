@@ -1,0 +1,297 @@
+import { Hono, type Context, type MiddlewareHandler } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
+import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
+import { detailJson, summaryJson } from '../../cli/events.js';
+import { replayJson } from '../../cli/replay.js';
+import { statsJson } from '../../cli/stats.js';
+import type { Config } from '../../config/load.js';
+import type { Secret } from '../../config/secret.js';
+import { ReceiverError } from '../../errors.js';
+import type { ReplayResult } from '../../store/ops-types.js';
+import type { Store } from '../../store/types.js';
+import { CHART_HOURS, hourBuckets } from './chart.js';
+import { filtersQuery, parseFilters, toListQuery, type EventFilters } from './filters.js';
+import { fromAnotherOrigin, overHttps, securityHeaders } from './guard.js';
+import { LoginThrottle, SESSION_COOKIE, Sessions } from './session.js';
+import { ADMIN_CSS, ADMIN_ICON } from './style.js';
+import { ADMIN, EventPage, EventsPage, LoginPage, MessagePage, OverviewPage, ReplayOutcome } from './views.js';
+
+/**
+ * The admin pages and JSON API, mounted at /admin on the serve listener when the
+ * configuration has `admin.token`. Pages: a session cookie from the login form; every POST
+ * carries the session's CSRF token and must come from our own origin. API: the token as a
+ * Bearer header, or the session cookie from a page of our own origin.
+ */
+
+export interface AdminOptions {
+  config: Config;
+  store: Store;
+  token: Secret;
+  now?: () => number;
+  /** How long a login lasts. */
+  sessionHours?: number;
+  /** Failed token checks before each further try must wait (see LoginThrottle). */
+  throttle?: { freeFailures?: number; baseDelayMs?: number; maxDelayMs?: number };
+}
+
+type AdminEnv = { Variables: { nonce: string } };
+
+const HOUR_MS = 3_600_000;
+
+function html(c: Context, node: unknown, status = 200): Response {
+  return c.html(`<!doctype html>${String(node)}`, status as 200);
+}
+
+function jsonError(c: Context, status: number, error: string, message: string, headers: Record<string, string> = {}): Response {
+  return c.json({ error, message }, status as 401, headers);
+}
+
+function eventId(text: string): number {
+  if (!/^\d{1,16}$/.test(text) || Number(text) <= 0 || !Number.isSafeInteger(Number(text))) throw new ReceiverError('not_found', `"${text}" is not an event id`);
+  return Number(text);
+}
+
+/** 200 when something was replayed or nothing needed to be; 404 when the event is unknown; 409 when a replay was refused. */
+function replayStatus(r: ReplayResult): 200 | 404 | 409 {
+  if (r.refused.length === 0) return 200;
+  return r.refused.every((x) => x.reason === 'not_found') ? 404 : 409;
+}
+
+/** Only paths inside the admin pages are followed after a login (never another site). */
+function safeNext(next: unknown): string {
+  return typeof next === 'string' && /^\/admin(\/[^/\\\s][^\\\s]*)?\/?$/.test(next) && !next.includes('//') ? next : `${ADMIN}/`;
+}
+
+export function createAdmin(options: AdminOptions): Hono<AdminEnv> {
+  const { config, store } = options;
+  const now = options.now ?? Date.now;
+  const sessions = new Sessions(options.token, (options.sessionHours ?? 8) * HOUR_MS);
+  const throttle = new LoginThrottle(now, options.throttle);
+  const admin = new Hono<AdminEnv>();
+  admin.use('*', securityHeaders());
+  // Forms and API bodies are a few hundred bytes; the login form is open to anyone who
+  // reaches the listener, so nothing larger is read into memory.
+  admin.use('*', bodyLimit({ maxSize: 16 * 1024, onError: (c) => jsonError(c, 413, 'too_large', 'admin request bodies are limited to 16 KiB') }));
+
+  // --- the JSON API -------------------------------------------------------------------
+  const apiAuth: MiddlewareHandler<AdminEnv> = async function adminApiAuth(c, next) {
+    const authorization = c.req.header('authorization');
+    if (authorization !== undefined) {
+      const wait = throttle.waitMs();
+      if (wait > 0) return jsonError(c, 429, 'throttled', 'too many failed token checks; try again later', { 'retry-after': String(Math.ceil(wait / 1000)) });
+      const m = /^Bearer +(\S+) *$/i.exec(authorization);
+      if (m === null || !sessions.isToken(m[1]!)) {
+        throttle.failed();
+        return jsonError(c, 401, 'unauthorized', 'wrong admin token', { 'www-authenticate': 'Bearer' });
+      }
+      throttle.succeeded();
+      return next();
+    }
+    const nonce = sessions.verify(getCookie(c, SESSION_COOKIE), now());
+    if (nonce === undefined) return jsonError(c, 401, 'unauthorized', 'send Authorization: Bearer <admin token>', { 'www-authenticate': 'Bearer' });
+    // The cookie goes wherever the browser sends it; only our own pages may use it. A
+    // write needs positive proof of that (the browser's Sec-Fetch-Site or Origin).
+    const proven = c.req.header('sec-fetch-site') !== undefined || c.req.header('origin') !== undefined;
+    if (fromAnotherOrigin(c) || (c.req.method !== 'GET' && c.req.method !== 'HEAD' && !proven)) {
+      return jsonError(c, 403, 'forbidden', 'a request from another origin cannot use the admin session; send the Bearer token');
+    }
+    return next();
+  };
+  admin.use('/api/*', apiAuth);
+
+  admin.get('/api/events', async (c) => {
+    const f = parseFilters((n) => c.req.query(n));
+    const rows = await store.listEvents(toListQuery(f));
+    const page = rows.slice(0, f.limit);
+    // The body is `events list --json`'s array; the next page is a Link, as keyset pagination's cursor.
+    if (rows.length > f.limit) c.header('link', `<${ADMIN}/api/events?${filtersQuery(f, page[page.length - 1]!.id)}>; rel="next"`);
+    return c.json(page.map(summaryJson));
+  });
+
+  admin.get('/api/events/:id', async (c) => {
+    const id = eventId(c.req.param('id'));
+    const event = await store.getEvent(id);
+    if (event === undefined) return jsonError(c, 404, 'not_found', `event ${id} does not exist (never received, or purged)`);
+    return c.json(detailJson(event));
+  });
+
+  admin.get('/api/stats', async (c) => {
+    const at = now();
+    return c.json(statsJson(await store.stats(at), config, at));
+  });
+
+  /** `{"force": true}`, or no body at all. */
+  async function forceFrom(c: Context): Promise<boolean> {
+    const text = await c.req.text();
+    if (text.trim() === '') return false;
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      throw new ReceiverError('usage', 'the body must be JSON: {"force": true}, {} or nothing');
+    }
+    if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new ReceiverError('usage', 'the body must be a JSON object: {"force": true}, {} or nothing');
+    const force = (body as Record<string, unknown>).force;
+    if (force !== undefined && typeof force !== 'boolean') throw new ReceiverError('usage', '"force" must be true or false');
+    return force === true;
+  }
+
+  admin.post('/api/events/:id/replay', async (c) => {
+    const id = eventId(c.req.param('id'));
+    const result = await store.replayEvents([id], { force: await forceFrom(c), now: now() });
+    return c.json(replayJson(result), replayStatus(result));
+  });
+
+  admin.post('/api/replay-dead', async (c) => {
+    const result = await store.replayDead({ force: await forceFrom(c), now: now() });
+    return c.json(replayJson(result), replayStatus(result));
+  });
+
+  admin.all('/api/*', (c) => jsonError(c, 404, 'not_found', 'no such admin API route'));
+
+  // --- the pages ------------------------------------------------------------------------
+  admin.get('/admin.css', (c) => c.body(ADMIN_CSS, 200, { 'content-type': 'text/css; charset=utf-8' }));
+  // An icon of our own, so the browser does not ask the webhook listener for /favicon.ico.
+  admin.get('/favicon.svg', (c) => c.body(ADMIN_ICON, 200, { 'content-type': 'image/svg+xml' }));
+
+  admin.get('/login', (c) => {
+    if (sessions.verify(getCookie(c, SESSION_COOKIE), now()) !== undefined) return c.redirect(safeNext(c.req.query('next')), 303);
+    return html(c, <LoginPage next={safeNext(c.req.query('next'))} />);
+  });
+
+  admin.post('/login', async (c) => {
+    if (fromAnotherOrigin(c)) return html(c, <MessagePage title="Refused" message="A login form from another site is refused." />, 403);
+    const form = await c.req.parseBody();
+    const next = safeNext(form.next);
+    const wait = throttle.waitMs();
+    if (wait > 0) {
+      c.header('retry-after', String(Math.ceil(wait / 1000)));
+      return html(c, <LoginPage next={next} message={`Too many wrong tokens: try again in ${Math.ceil(wait / 1000)} s.`} />, 429);
+    }
+    if (typeof form.token !== 'string' || !sessions.isToken(form.token)) {
+      throttle.failed();
+      return html(c, <LoginPage next={next} message="That is not the admin token." />, 401);
+    }
+    throttle.succeeded();
+    setCookie(c, SESSION_COOKIE, sessions.issue(now()), {
+      path: ADMIN,
+      httpOnly: true,
+      sameSite: 'Strict',
+      // Secure when the browser came over HTTPS (via the TLS proxy): the cookie never travels in clear text then.
+      secure: overHttps(c),
+      maxAge: Math.floor(sessions.lifetimeMs / 1000),
+    });
+    return c.redirect(next, 303);
+  });
+
+  // Every other page needs a session; every POST its CSRF token, from our own origin.
+  const pageAuth: MiddlewareHandler<AdminEnv> = async function adminPageAuth(c, next) {
+    const nonce = sessions.verify(getCookie(c, SESSION_COOKIE), now());
+    if (nonce === undefined) {
+      if (c.req.method === 'GET' || c.req.method === 'HEAD') {
+        const url = new URL(c.req.url);
+        return c.redirect(`${ADMIN}/login?${new URLSearchParams({ next: url.pathname + url.search }).toString()}`, 303);
+      }
+      return html(c, <MessagePage title="Logged out" message="Your session has ended; log in again, then repeat the action." />, 401);
+    }
+    if (c.req.method === 'POST') {
+      const form = await c.req.parseBody();
+      if (fromAnotherOrigin(c) || !sessions.isCsrfToken(nonce, form.csrf)) {
+        return html(
+          c,
+          <MessagePage title="Refused" message="This form was not sent by a page of this admin session (missing or wrong CSRF token). Reload the page and try again." csrf={sessions.csrfToken(nonce)} />,
+          403,
+        );
+      }
+    }
+    c.set('nonce', nonce);
+    return next();
+  };
+  admin.use('*', pageAuth);
+
+  const csrfOf = (c: Context<AdminEnv>) => sessions.csrfToken(c.get('nonce'));
+
+  admin.post('/logout', (c) => {
+    deleteCookie(c, SESSION_COOKIE, { path: ADMIN });
+    return c.redirect(`${ADMIN}/login`, 303);
+  });
+
+  async function overview(c: Context<AdminEnv>, outcome?: ReplayResult) {
+    const at = now();
+    const since = Math.floor(at / HOUR_MS) * HOUR_MS - (CHART_HOURS - 1) * HOUR_MS;
+    const [s, q, hourly, failures] = await Promise.all([store.stats(at), store.queueStats(), store.deliveriesPerHour(since), store.effectFailuresByRoute(since)]);
+    const data = {
+      stats: statsJson(s, config, at),
+      oldestPendingAgeMs: q.oldestPendingReceivedAt === null ? null : at - q.oldestPendingReceivedAt,
+      buckets: hourBuckets(hourly, at),
+      failures,
+      now: at,
+    };
+    const shown = outcome === undefined ? undefined : <ReplayOutcome result={replayJson(outcome)} dead />;
+    return html(c, <OverviewPage data={data} csrf={csrfOf(c)} outcome={shown} />, outcome === undefined ? 200 : replayStatus(outcome));
+  }
+
+  admin.get('/', (c) => overview(c));
+
+  admin.post('/replay-dead', async (c) => overview(c, await store.replayDead({ force: false, now: now() })));
+
+  admin.get('/events', async (c) => {
+    let filters: EventFilters | undefined;
+    let error: string | undefined;
+    try {
+      filters = parseFilters((n) => c.req.query(n));
+    } catch (e) {
+      if (!(e instanceof ReceiverError)) throw e;
+      error = e.message;
+    }
+    const rows = filters === undefined ? [] : await store.listEvents(toListQuery(filters));
+    const page = rows.slice(0, filters?.limit ?? 0);
+    const olderThan = filters !== undefined && rows.length > filters.limit ? page[page.length - 1]?.id : undefined;
+    return html(
+      c,
+      <EventsPage filters={filters} error={error} events={page.map(summaryJson)} olderThan={olderThan} sources={[...config.sources.keys()]} csrf={csrfOf(c)} />,
+      error === undefined ? 200 : 400,
+    );
+  });
+
+  async function eventPage(c: Context<AdminEnv>, id: number, outcome?: ReplayResult) {
+    const event = await store.getEvent(id);
+    if (event === undefined) return html(c, <MessagePage title="No such event" message={`Event ${id} does not exist (never received, or purged).`} csrf={csrfOf(c)} />, 404);
+    const shown = outcome === undefined ? undefined : <ReplayOutcome result={replayJson(outcome)} />;
+    return html(c, <EventPage event={detailJson(event)} conflicts={event.conflicts} csrf={csrfOf(c)} outcome={shown} />, outcome === undefined ? 200 : replayStatus(outcome));
+  }
+
+  admin.get('/events/:id', (c) => eventPage(c, eventId(c.req.param('id'))));
+
+  // The raw bytes, exactly as received: as text when they are UTF-8 (never as HTML), else a download.
+  admin.get('/events/:id/body', async (c) => {
+    const event = await store.getEvent(eventId(c.req.param('id')));
+    if (event?.body === undefined || event.body === null) return html(c, <MessagePage title="No body" message="This event has no stored body." csrf={csrfOf(c)} />, 404);
+    const text = detailJson(event).bodyEncoding === 'utf8';
+    return c.body(new Uint8Array(event.body), 200, {
+      'content-type': text ? 'text/plain; charset=utf-8' : 'application/octet-stream',
+      'content-disposition': `${text ? 'inline' : 'attachment'}; filename="event-${event.id}.body"`,
+    });
+  });
+
+  admin.post('/events/:id/replay', async (c) => {
+    const id = eventId(c.req.param('id'));
+    const form = await c.req.parseBody();
+    const force = form.force === '1';
+    // Force re-sends what was already done: it needs the confirmation box ticked, checked
+    // here too (the form's `required` is only the browser's courtesy).
+    if (force && form.confirm !== 'yes') {
+      return html(c, <MessagePage title="Not confirmed" message="Replay with force needs its confirmation box ticked; nothing was replayed." csrf={csrfOf(c)} />, 400);
+    }
+    return eventPage(c, id, await store.replayEvents([id], { force, now: now() }));
+  });
+
+  // The overview also answers at /admin/ (the sub-application's root is /admin); any other
+  // path is an admin 404 page, with the admin security headers.
+  admin.get('/*', (c) => {
+    if (c.req.path === `${ADMIN}/`) return overview(c);
+    return html(c, <MessagePage title="Not found" message="There is no such admin page." csrf={csrfOf(c)} />, 404);
+  });
+
+  return admin;
+}

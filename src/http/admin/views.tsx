@@ -1,0 +1,603 @@
+import type { Child } from 'hono/jsx';
+import type { detailJson, summaryJson } from '../../cli/events.js';
+import type { replayJson } from '../../cli/replay.js';
+import type { statsJson } from '../../cli/stats.js';
+import { EVENT_STATUSES, type ConflictRow, type RouteFailures } from '../../store/ops-types.js';
+import { DeliveriesChart, type HourBucket } from './chart.js';
+import { filtersQuery, type EventFilters } from './filters.js';
+
+/**
+ * The admin pages, rendered on the server with Hono's JSX. Every value from an event
+ * (ids, types, headers, bodies, errors, effect output) goes in as a JSX child or attribute,
+ * which Hono escapes: a stored `<script>` is shown as text. Nothing here uses raw HTML.
+ */
+
+type Summary = ReturnType<typeof summaryJson>;
+type Detail = ReturnType<typeof detailJson>;
+type Stats = ReturnType<typeof statsJson>;
+type Replay = ReturnType<typeof replayJson>;
+
+export const ADMIN = '/admin';
+
+/** 2026-11-30 14:02:03Z: every time on these pages is UTC, to the second. */
+export function when(iso: string | null): Child {
+  if (iso === null) return <span class="muted">—</span>;
+  return <time datetime={iso}>{iso.replace('T', ' ').replace(/\.\d+Z$/, 'Z')}</time>;
+}
+
+export function age(ms: number): string {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 90) return `${s} s`;
+  const m = Math.round(s / 60);
+  if (m < 90) return `${m} min`;
+  const h = Math.floor(m / 60);
+  if (h < 48) return `${h} h ${m % 60} min`;
+  return `${Math.floor(h / 24)} d ${h % 24} h`;
+}
+
+const Status = ({ status }: { status: string }) => <span class={`status status-${status}`}>{status}</span>;
+
+const Csrf = ({ token }: { token: string }) => <input type="hidden" name="csrf" value={token} />;
+
+export function Layout(props: { title: string; csrf?: string | undefined; children?: Child }) {
+  return (
+    <html lang="en">
+      <head>
+        <meta charset="utf-8" />
+        <meta name="viewport" content="width=device-width, initial-scale=1" />
+        <title>{`${props.title} · receiver admin`}</title>
+        <link rel="stylesheet" href={`${ADMIN}/admin.css`} />
+        <link rel="icon" href={`${ADMIN}/favicon.svg`} type="image/svg+xml" />
+      </head>
+      <body>
+        <header>
+          <nav aria-label="Admin">
+            <span class="brand">receiver admin</span>
+            {props.csrf === undefined ? null : (
+              <>
+                <a href={`${ADMIN}/`}>Overview</a>
+                <a href={`${ADMIN}/events`}>Events</a>
+                <form method="post" action={`${ADMIN}/logout`}>
+                  <Csrf token={props.csrf} />
+                  <button type="submit">Log out</button>
+                </form>
+              </>
+            )}
+          </nav>
+        </header>
+        <main>{props.children}</main>
+      </body>
+    </html>
+  );
+}
+
+export function LoginPage(props: { next: string; message?: string | undefined }) {
+  return (
+    <Layout title="Log in">
+      <div class="login">
+        <h1>Log in</h1>
+        {props.message === undefined ? null : (
+          <p class="notice bad" role="alert">
+            {props.message}
+          </p>
+        )}
+        <form method="post" action={`${ADMIN}/login`} class="stack">
+          <input type="hidden" name="next" value={props.next} />
+          <label for="token">
+            Admin token (the value of admin.token in the configuration)
+            <input id="token" name="token" type="password" autocomplete="current-password" required autofocus />
+          </label>
+          <p>
+            <button type="submit">Log in</button>
+          </p>
+        </form>
+      </div>
+    </Layout>
+  );
+}
+
+export function MessagePage(props: { title: string; message: string; csrf?: string | undefined }) {
+  return (
+    <Layout title={props.title} csrf={props.csrf}>
+      <h1>{props.title}</h1>
+      <p class="notice bad" role="alert">
+        {props.message}
+      </p>
+      <p>
+        <a href={`${ADMIN}/`}>Back to the overview</a>
+      </p>
+    </Layout>
+  );
+}
+
+/** What a replay did, in words: shown on the page the action returns to. */
+export function ReplayOutcome({ result, dead }: { result: Replay; dead?: boolean }) {
+  if (result.refused.length > 0) {
+    const reasons = result.refused.map((r) =>
+      r.reason === 'not_found'
+        ? `event ${r.id} does not exist (never received, or purged)`
+        : r.reason === 'processing'
+          ? `event ${r.id} is being processed right now (lease held by ${r.leaseOwner ?? 'unknown'} until ${r.leaseExpiresAt ?? 'unknown'}); try again when it finishes`
+          : `event ${r.id} has no body any more (dropped by purge --bodies-days), so its effects cannot run again`,
+    );
+    return (
+      <div class="notice bad" role="status">
+        Nothing was replayed: {reasons.join('; ')}.
+      </div>
+    );
+  }
+  if (result.replayed.length === 0) {
+    return (
+      <div class="notice" role="status">
+        {dead === true ? 'No dead events to replay.' : 'Nothing was replayed.'}
+      </div>
+    );
+  }
+  const forced = result.replayed.some((e) => e.force);
+  return (
+    <div class="notice good" role="status">
+      Replayed {result.replayed.length === 1 ? `event ${result.replayed[0]!.id} (was ${result.replayed[0]!.previousStatus})` : `${result.replayed.length} events`}: back to
+      pending, with a fresh retry count; the running server drains it within seconds.{' '}
+      {forced ? 'Forced: effects already done run again, recorded as forced.' : 'Effects already done stay skipped.'}
+    </div>
+  );
+}
+
+function Card({ label, value, href }: { label: string; value: Child; href?: string }) {
+  return (
+    <div class="card">
+      <div class="value">{href === undefined ? value : <a href={href}>{value}</a>}</div>
+      <div class="label">{label}</div>
+    </div>
+  );
+}
+
+export interface OverviewData {
+  stats: Stats;
+  oldestPendingAgeMs: number | null;
+  buckets: HourBucket[];
+  failures: RouteFailures[];
+  now: number;
+}
+
+export function OverviewPage(props: { data: OverviewData; csrf: string; outcome?: Child }) {
+  const { stats: s, failures } = props.data;
+  const received = s.events.total + s.duplicates;
+  const ratio = received === 0 ? '0 %' : `${((s.duplicates / received) * 100).toFixed(1)} %`;
+  return (
+    <Layout title="Overview" csrf={props.csrf}>
+      <h1>Overview</h1>
+      {props.outcome}
+      <section aria-labelledby="counts">
+        <h2 id="counts">Events</h2>
+        <div class="cards">
+          <Card label="events stored" value={s.events.total} href={`${ADMIN}/events`} />
+          {EVENT_STATUSES.map((st) => (
+            <Card label={st} value={s.events[st]} href={`${ADMIN}/events?status=${st}`} />
+          ))}
+          <Card label="stuck claims (lease expired)" value={s.stuckClaims.count} />
+          <Card label="oldest pending event waits" value={props.data.oldestPendingAgeMs === null ? 'none pending' : age(props.data.oldestPendingAgeMs)} />
+          <Card label={`duplicates (${ratio} of deliveries)`} value={s.duplicates} />
+          <Card label="conflicting deliveries" value={s.conflicts} />
+        </div>
+        {s.stuckClaims.count > 0 ? (
+          <p class="notice bad">
+            {s.stuckClaims.count} event(s) are processing past their lease (the oldest expired {when(s.stuckClaims.oldestLeaseExpiredAt)}): a drain crashed or stalled; a running
+            drain takes them back.
+          </p>
+        ) : null}
+        {s.dead > 0 ? (
+          <form method="post" action={`${ADMIN}/replay-dead`} class="notice">
+            <Csrf token={props.csrf} />
+            {s.dead} dead event(s) gave up after their last attempt. <a href={`${ADMIN}/events?status=dead`}>See them</a>, or{' '}
+            <button type="submit">Replay all {s.dead} dead events</button> (effects already done stay skipped).
+          </form>
+        ) : null}
+      </section>
+      <section aria-labelledby="chart">
+        <h2 id="chart">Deliveries per hour, last 48 hours</h2>
+        <DeliveriesChart buckets={props.data.buckets} />
+      </section>
+      <section aria-labelledby="failures">
+        <h2 id="failures">Effect failures per route, last 48 hours</h2>
+        {failures.length === 0 ? (
+          <p class="muted">No failed effect attempts.</p>
+        ) : (
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">Route</th>
+                <th scope="col" class="num">
+                  Failed attempts
+                </th>
+                <th scope="col">Last failure</th>
+              </tr>
+            </thead>
+            <tbody>
+              {failures.map((f) => (
+                <tr>
+                  <td class="mono">{f.route}</td>
+                  <td class="num">{f.failures}</td>
+                  <td>{when(new Date(f.lastFailedAt).toISOString())}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+        <p class="muted">
+          Effect ledger: {s.effects.done} done, {s.effects.running} running, {s.effects.failed} failed.
+        </p>
+      </section>
+      <section aria-labelledby="sources">
+        <h2 id="sources">Sources</h2>
+        <table>
+          <thead>
+            <tr>
+              <th scope="col">Source</th>
+              <th scope="col" class="num">
+                Events
+              </th>
+              <th scope="col">Oldest key</th>
+              <th scope="col">Retry horizon</th>
+            </tr>
+          </thead>
+          <tbody>
+            {s.sources.map((x) => (
+              <tr>
+                <td class="mono">
+                  <a href={`${ADMIN}/events?${new URLSearchParams({ source: x.source }).toString()}`}>{x.source}</a>
+                  {x.configured ? null : <span class="muted"> (not configured any more)</span>}
+                </td>
+                <td class="num">{x.events}</td>
+                <td>{x.oldestKeyAgeHours === null ? '—' : `${x.oldestKeyAgeHours} h`}</td>
+                <td>
+                  {x.retryHorizonHours === null ? '—' : `${x.retryHorizonHours} h`}
+                  {x.keysCoverHorizon === false ? <span class="muted"> (keys younger than the horizon)</span> : null}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </section>
+    </Layout>
+  );
+}
+
+export function EventsPage(props: { filters: EventFilters | undefined; error?: string | undefined; events: Summary[]; olderThan: number | undefined; sources: string[]; csrf: string }) {
+  const f = props.filters;
+  const input = (v: number | undefined) => (v === undefined ? '' : new Date(v).toISOString().slice(0, 19));
+  return (
+    <Layout title="Events" csrf={props.csrf}>
+      <h1>Events</h1>
+      <form method="get" action={`${ADMIN}/events`} class="filters" role="search" aria-label="Filter events">
+        <label for="f-delivery">
+          Delivery id
+          <input id="f-delivery" name="delivery" value={f?.delivery ?? ''} size={28} />
+        </label>
+        <label for="f-match">
+          Match
+          <select id="f-match" name="match">
+            <option value="exact" selected={f?.match !== 'prefix'}>
+              Whole id
+            </option>
+            <option value="prefix" selected={f?.match === 'prefix'}>
+              Starts with
+            </option>
+          </select>
+        </label>
+        <label for="f-source">
+          Source
+          <input id="f-source" name="source" list="f-sources" value={f?.source ?? ''} size={12} />
+          <datalist id="f-sources">
+            {props.sources.map((s) => (
+              <option value={s}></option>
+            ))}
+          </datalist>
+        </label>
+        <label for="f-status">
+          Status
+          <select id="f-status" name="status">
+            <option value="">Any</option>
+            {EVENT_STATUSES.map((s) => (
+              <option value={s} selected={f?.status === s}>
+                {s}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label for="f-type">
+          Event type
+          <input id="f-type" name="type" value={f?.type ?? ''} size={16} />
+        </label>
+        <label for="f-from">
+          Received from (UTC)
+          <input id="f-from" name="from" type="datetime-local" step="1" value={input(f?.from)} />
+        </label>
+        <label for="f-to">
+          Received before (UTC)
+          <input id="f-to" name="to" type="datetime-local" step="1" value={input(f?.to)} />
+        </label>
+        <button type="submit">Filter</button>
+        <a href={`${ADMIN}/events`}>Clear</a>
+      </form>
+      {props.error === undefined ? null : (
+        <p class="notice bad" role="alert">
+          {props.error}
+        </p>
+      )}
+      <table>
+        <caption>{props.events.length === 0 ? 'No events match.' : `Newest first; ${props.events.length} shown.`}</caption>
+        <thead>
+          <tr>
+            <th scope="col" class="num">
+              Id
+            </th>
+            <th scope="col">Received (UTC)</th>
+            <th scope="col">Source</th>
+            <th scope="col">Delivery id</th>
+            <th scope="col">Type</th>
+            <th scope="col">Status</th>
+            <th scope="col" class="num">
+              Attempts
+            </th>
+            <th scope="col">Last error</th>
+          </tr>
+        </thead>
+        <tbody>
+          {props.events.map((e) => (
+            <tr>
+              <td class="num">
+                <a href={`${ADMIN}/events/${e.id}`}>{e.id}</a>
+              </td>
+              <td>{when(e.receivedAt)}</td>
+              <td class="mono">{e.source}</td>
+              <td class="mono">
+                <a href={`${ADMIN}/events/${e.id}`}>{e.deliveryId}</a>
+              </td>
+              <td class="mono">{e.eventType}</td>
+              <td>
+                <Status status={e.status} />
+              </td>
+              <td class="num">{e.attempts}</td>
+              <td>{e.lastError === null ? '' : e.lastError.length > 90 ? `${e.lastError.slice(0, 89)}…` : e.lastError}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      <nav class="pager" aria-label="Pages">
+        {f?.before === undefined ? null : <a href={`${ADMIN}/events?${filtersQuery(f)}`}>Newest events</a>}
+        {f === undefined || props.olderThan === undefined ? null : <a href={`${ADMIN}/events?${filtersQuery(f, props.olderThan)}`}>Older events</a>}
+      </nav>
+    </Layout>
+  );
+}
+
+/** The body pretty-printed when it is JSON; undefined when it is not (then the raw text is the view). */
+export function prettyJson(body: string | null, encoding: string | null): string | undefined {
+  if (body === null || encoding !== 'utf8') return undefined;
+  try {
+    return JSON.stringify(JSON.parse(body), null, 2);
+  } catch {
+    return undefined;
+  }
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: false });
+
+export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf: string; outcome?: Child }) {
+  const e = props.event;
+  const pretty = prettyJson(e.body, e.bodyEncoding);
+  const rawHref = `${ADMIN}/events/${e.id}/body`;
+  return (
+    <Layout title={`Event ${e.id}`} csrf={props.csrf}>
+      <p>
+        <a href={`${ADMIN}/events`}>All events</a>
+      </p>
+      <h1>
+        Event {e.id}: <span class="mono">{e.source}</span> / <span class="mono">{e.deliveryId}</span>
+      </h1>
+      {props.outcome}
+      <dl class="facts">
+        <dt>Status</dt>
+        <dd>
+          <Status status={e.status} />
+          {e.status === 'processing' ? <> lease held by {e.leaseOwner ?? '?'} until {when(e.leaseExpiresAt)}</> : null}
+          {e.forceEffects ? ' (replayed with force: effects already done will run again)' : null}
+        </dd>
+        <dt>Event type</dt>
+        <dd class="mono">{e.eventType}</dd>
+        <dt>Received</dt>
+        <dd>
+          {when(e.receivedAt)}
+          {e.duplicates > 0 ? `, ${e.duplicates} duplicate(s) since` : null}
+        </dd>
+        <dt>Attempts</dt>
+        <dd>
+          {e.attempts}
+          {e.status === 'pending' ? <>, next at {when(e.nextAttemptAt)}</> : null}
+        </dd>
+        <dt>Finished</dt>
+        <dd>{when(e.finishedAt)}</dd>
+        <dt>Answered</dt>
+        <dd>HTTP {e.responseStatus}</dd>
+        <dt>Last error</dt>
+        <dd>{e.lastError ?? <span class="muted">none</span>}</dd>
+        {e.status === 'done' && e.attempts === 0 ? (
+          <>
+            <dt>Routes</dt>
+            <dd>No route applied to this event when it arrived (stored done; after adding a route, replay it).</dd>
+          </>
+        ) : null}
+      </dl>
+
+      <section aria-labelledby="actions">
+        <h2 id="actions">Actions</h2>
+        <div class="actions">
+          <form method="post" action={`${ADMIN}/events/${e.id}/replay`}>
+            <Csrf token={props.csrf} />
+            <p>Put this event back to pending: the drain runs its routes again; effects already done stay skipped.</p>
+            <button type="submit">Replay event {e.id}</button>
+          </form>
+          <form method="post" action={`${ADMIN}/events/${e.id}/replay`}>
+            <Csrf token={props.csrf} />
+            <input type="hidden" name="force" value="1" />
+            <label class="check" for="confirm-force">
+              <input id="confirm-force" type="checkbox" name="confirm" value="yes" required />
+              <span>
+                I understand: force runs again every effect of this event whose key is already done (for example, the licence email is sent a second time). The attempts
+                are recorded as forced.
+              </span>
+            </label>
+            <button type="submit" class="danger">
+              Replay event {e.id} with force
+            </button>
+          </form>
+        </div>
+      </section>
+
+      <section aria-labelledby="headers">
+        <h2 id="headers">Headers</h2>
+        {e.headers === null ? (
+          <p class="muted">Dropped by purge --bodies-days.</p>
+        ) : (
+          <table>
+            <caption>As received; signature and token headers are stored redacted.</caption>
+            <tbody>
+              {Object.entries(e.headers).map(([k, v]) => (
+                <tr>
+                  <th scope="row" class="mono">
+                    {k}
+                  </th>
+                  <td class="mono">{v}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+      </section>
+
+      <section aria-labelledby="body">
+        <h2 id="body">Body</h2>
+        <p class="muted">
+          sha256 <span class="mono">{e.bodySha256}</span>
+          {e.body === null ? null : (
+            <>
+              {' · '}
+              <a href={rawHref}>Raw bytes</a>
+            </>
+          )}
+        </p>
+        {e.body === null ? (
+          <p class="muted">Dropped by purge --bodies-days.</p>
+        ) : e.bodyEncoding === 'base64' ? (
+          <>
+            <p>Not UTF-8 text; shown as base64.</p>
+            <pre>{e.body}</pre>
+          </>
+        ) : pretty !== undefined ? (
+          <>
+            <pre aria-label="Body, pretty-printed JSON">{pretty}</pre>
+            <details>
+              <summary>Raw body, exactly as received</summary>
+              <pre aria-label="Raw body">{e.body}</pre>
+            </details>
+          </>
+        ) : (
+          <pre aria-label="Raw body">{e.body}</pre>
+        )}
+      </section>
+
+      <section aria-labelledby="attempts">
+        <h2 id="attempts">Attempts</h2>
+        {e.attemptLog.length === 0 ? (
+          <p class="muted">None yet.</p>
+        ) : (
+          <table>
+            <thead>
+              <tr>
+                <th scope="col" class="num">
+                  #
+                </th>
+                <th scope="col">Started (UTC)</th>
+                <th scope="col">Route</th>
+                <th scope="col">Effect key</th>
+                <th scope="col">Outcome</th>
+                <th scope="col">Error and output</th>
+              </tr>
+            </thead>
+            <tbody>
+              {e.attemptLog.map((a) => (
+                <tr>
+                  <td class="num">{a.attempt}</td>
+                  <td>{when(a.startedAt)}</td>
+                  <td class="mono">{a.route}</td>
+                  <td class="mono">{a.effectKey ?? ''}</td>
+                  <td>
+                    {a.outcome}
+                    {a.forced ? ' (forced)' : null}
+                  </td>
+                  <td>
+                    {a.error === null ? null : <div>{a.error}</div>}
+                    {a.output === null || a.output.trim() === '' ? null : <pre aria-label="Effect output">{a.output}</pre>}
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+      </section>
+
+      <section aria-labelledby="ledger">
+        <h2 id="ledger">Effect ledger</h2>
+        {e.effects.length === 0 ? (
+          <p class="muted">No ledger rows.</p>
+        ) : (
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">Effect key</th>
+                <th scope="col">Status</th>
+                <th scope="col" class="num">
+                  Runs
+                </th>
+                <th scope="col">Last run by</th>
+                <th scope="col">Finished (UTC)</th>
+                <th scope="col">Last error</th>
+              </tr>
+            </thead>
+            <tbody>
+              {e.effects.map((f) => (
+                <tr>
+                  <td class="mono">{f.effectKey}</td>
+                  <td>{f.status}</td>
+                  <td class="num">
+                    {f.runs}
+                    {f.forcedRuns > 0 ? ` (${f.forcedRuns} forced)` : null}
+                  </td>
+                  <td>{f.eventId === null ? '' : f.eventId === e.id ? 'this event' : <a href={`${ADMIN}/events/${f.eventId}`}>event {f.eventId}</a>}</td>
+                  <td>{when(f.finishedAt)}</td>
+                  <td>{f.lastError ?? ''}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
+      </section>
+
+      {props.conflicts.length === 0 ? null : (
+        <section aria-labelledby="conflicts">
+          <h2 id="conflicts">Conflicts: the same delivery id with a different body</h2>
+          {props.conflicts.map((c) => (
+            <div>
+              <p>
+                First received {when(new Date(c.receivedAt).toISOString())}
+                {c.repeats > 0 ? `, ${c.repeats} repeat(s) since` : null}; sha256 <span class="mono">{c.bodySha256}</span>
+              </p>
+              {c.body === null ? <p class="muted">Body dropped by purge --bodies-days.</p> : <pre aria-label="Conflicting body">{utf8.decode(c.body)}</pre>}
+            </div>
+          ))}
+        </section>
+      )}
+    </Layout>
+  );
+}

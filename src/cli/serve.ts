@@ -5,6 +5,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import type { Config } from '../config/load.js';
 import { startDrain, type Drain } from '../drain/loop.js';
 import { createApp } from '../http/app.js';
+import { startCatchUp, type CatchUpSchedule } from '../catchup/schedule.js';
 import type { DeliveryOutcome } from '../http/ingest.js';
 import { metricsRoute, ReceiverMetrics, type QueueSnapshot } from '../http/metrics.js';
 import { createLogger, redactUrl, type Logger } from '../log.js';
@@ -115,6 +116,7 @@ export async function serve(options: ServeOptions): Promise<void> {
     routes: config.routes.map((r) => r.name),
     queue: queueSnapshot(store),
     processMetrics: true,
+    catchUpSources: config.catchUp.keys(),
   });
   // The drain logs every effect attempt and event outcome itself (ids, route, effect key,
   // outcome, duration); here they only feed the counters.
@@ -165,6 +167,9 @@ export async function serve(options: ServeOptions): Promise<void> {
     },
     'listening',
   );
+  // In the background, after listening: a run never delays ingest, and a refused credential is logged, never fatal.
+  const catchUp: CatchUpSchedule | undefined =
+    config.catchUp.size > 0 ? startCatchUp({ config, store, logger, onStored: () => drain?.wake(), onResult: (r) => metrics.observeCatchUp(r) }) : undefined;
 
   const stop = async (signal: string) => {
     if (stopping) {
@@ -192,7 +197,7 @@ export async function serve(options: ServeOptions): Promise<void> {
     }, graceMs);
     // 2. The drain stops claiming and lets the running effect finish within the grace
     //    period; beyond it the effect is left to its lease and retried after a restart.
-    await Promise.all([closed, drain?.stop(graceMs)]);
+    await Promise.all([closed, drain?.stop(graceMs), catchUp?.stop()]);
     clearTimeout(force);
     // 3. In-flight inserts (group commit) are flushed, then the database is closed.
     let code = 0;

@@ -16,6 +16,7 @@ export interface FetchedEvent {
   /** The id the sender's webhook carries for this event, so dedupe holds either way. */
   deliveryId: string;
   eventType: string;
+  /** The API's JSON; stored with the one header `content-type: application/json`. */
   body: Buffer;
   bodySha256: string;
   receivedAt: number;

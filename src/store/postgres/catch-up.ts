@@ -20,7 +20,7 @@ export async function storeFetched(c: Conn, e: FetchedEvent): Promise<StoreFetch
     `INSERT INTO events
        (id, source, delivery_id, event_type, status, received_at, headers, body, body_sha256, response_status, response_body, next_attempt_at, finished_at, origin)
      OVERRIDING SYSTEM VALUE
-     VALUES ($1, $2, $3, $4, $5, $6, '{}'::jsonb, $7, $8, $9, $10, $6, $11, 'catch-up')
+     VALUES ($1, $2, $3, $4, $5, $6, '{"content-type": "application/json"}'::jsonb, $7, $8, $9, $10, $6, $11, 'catch-up')
      ON CONFLICT (source, delivery_id) DO NOTHING
      RETURNING id`,
     [id, e.source, e.deliveryId, e.eventType, done ? 'done' : 'pending', e.receivedAt, e.body, e.bodySha256, e.successStatus, acceptedAnswer(id), done ? e.receivedAt : null],

@@ -44,7 +44,7 @@ export function storeFetched(db: Db, busyTimeoutMs: number, e: FetchedEvent): Pr
           .prepare(
             `INSERT OR IGNORE INTO events
              (source, delivery_id, event_type, status, received_at, headers, body, body_sha256, response_status, next_attempt_at, finished_at, origin)
-             VALUES (?, ?, ?, ?, ?, '{}', ?, ?, ?, ?, ?, 'catch-up')`,
+             VALUES (?, ?, ?, ?, ?, '{"content-type":"application/json"}', ?, ?, ?, ?, ?, 'catch-up')`,
           )
           .run(e.source, e.deliveryId, e.eventType, done ? 'done' : 'pending', e.receivedAt, e.body, e.bodySha256, e.successStatus, e.receivedAt, done ? e.receivedAt : null);
         if (run.changes === 1) {

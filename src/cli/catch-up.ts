@@ -1,4 +1,4 @@
-import { InvalidArgumentError, type Command } from 'commander';
+import type { Command } from 'commander';
 import type { Config } from '../config/load.js';
 import { runCatchUp, type CatchUpProgress, type CatchUpResult } from '../catchup/run.js';
 import { ReceiverError } from '../errors.js';
@@ -17,7 +17,7 @@ export function parseSince(text: string, now: number): number {
   const m = /^(\d+)([smhd])$/.exec(text.trim());
   if (m !== null) return now - Number(m[1]) * UNITS[m[2]!]!;
   const at = /^\d{4}-\d{2}-\d{2}/.test(text) ? Date.parse(text) : Number.NaN;
-  if (Number.isNaN(at)) throw new InvalidArgumentError('--since must be a duration (30m, 24h, 7d) or a time (2026-05-01T00:00:00Z).');
+  if (Number.isNaN(at)) throw new ReceiverError('usage', `--since must be a duration (30m, 24h, 7d) or a time (2026-05-01T00:00:00Z), not "${printable(text)}"`);
   return at;
 }
 

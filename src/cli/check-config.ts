@@ -18,6 +18,7 @@ export function describeConfig(config: Config) {
       successStatus: s.successStatus,
       retryHorizonHours: s.retryHorizonHours,
       onConflict: s.options.onConflict,
+      ...catchUpOf(config, s.name),
     })),
     routes: config.routes.map((r) => ({
       name: r.name,
@@ -42,6 +43,14 @@ export function describeConfig(config: Config) {
     shutdownGraceSeconds: config.shutdownGraceSeconds,
     requestTimeoutSeconds: config.requestTimeoutSeconds,
   };
+}
+
+/** A source's catchUp settings, its credential shown only as present. */
+function catchUpOf(config: Config, name: string) {
+  const c = config.catchUp.get(name);
+  if (c === undefined) return {};
+  const target = c.hook ?? c.notificationSettingId;
+  return { catchUp: { apiBase: redactUrl(c.apiBase), everyMinutes: c.everyMinutes, maxRequests: c.maxRequests, ...(target === undefined ? {} : { target }), credential: c.credential !== undefined } };
 }
 
 export function registerCheckConfig(program: Command): void {

@@ -236,3 +236,174 @@ export class FakeGithub extends FakeApi {
     return d;
   }
 }
+
+// ---------------------------------------------------------------- Paddle
+
+export const PADDLE_KEY = 'pdl_apikey_catchup_secret';
+export const PADDLE_SECRET = 'pdl_ntfset_01catchupsecret';
+export const NOTIFICATION_SETTING = 'ntfset_01hv0000000000000000000000';
+
+export interface PaddleNotification {
+  id: string;
+  type: string;
+  status: 'delivered' | 'failed' | 'needs_retry' | 'not_attempted';
+  payload: { event_id: string; event_type: string; occurred_at: string; notification_id: string; data: Record<string, unknown> };
+  occurred_at: string;
+  delivered_at: string | null;
+  replayed_at: string | null;
+  origin: 'event' | 'replay';
+  last_attempt_at: string | null;
+  retry_at: string | null;
+  times_attempted: number;
+  notification_setting_id: string;
+}
+
+/** GET /notifications (per_page up to 200, `after`, meta.pagination.next and has_more, filters); POST /notifications/:id/replay. */
+export class FakePaddle extends FakeApi {
+  readonly notifications: PaddleNotification[] = [];
+  #n = 0;
+  /** Where meta.pagination.next points (a test of a page on another origin). */
+  nextBase: string | undefined;
+
+  constructor() {
+    super((req) => req.headers.authorization === `Bearer ${PADDLE_KEY}`);
+    this.route('GET', /^\/notifications$/, (_req, url) => {
+      const per = Math.min(200, Number(url.searchParams.get('per_page') ?? 50));
+      const statuses = url.searchParams.get('status')?.split(',');
+      const setting = url.searchParams.get('notification_setting_id');
+      const from = url.searchParams.get('from');
+      const after = url.searchParams.get('after');
+      let list = [...this.notifications]
+        .reverse()
+        .filter((n) => (statuses === undefined || statuses.includes(n.status)) && (setting === null || n.notification_setting_id === setting) && (from === null || n.occurred_at >= from));
+      if (after !== null) list = list.slice(list.findIndex((n) => n.id === after) + 1);
+      const page = list.slice(0, per);
+      const more = list.length > per;
+      const next = `${this.nextBase ?? this.base}/notifications?${new URLSearchParams({ ...Object.fromEntries(url.searchParams), after: page.at(-1)?.id ?? '' }).toString()}`;
+      return { status: 200, json: { data: page, meta: { request_id: randomUUID(), pagination: { per_page: per, next, has_more: more, estimated_total: list.length } } } };
+    });
+    this.route('POST', /^\/notifications\/([^/]+)\/replay$/, (_req, _url, m) => {
+      const original = this.notifications.find((n) => n.id === m[1]);
+      if (original === undefined) return { status: 404, json: { error: { type: 'request_error', code: 'not_found', detail: 'Entity not found' } } };
+      if (original.origin !== 'event' || !['delivered', 'failed'].includes(original.status)) {
+        return { status: 400, json: { error: { type: 'request_error', code: 'notification_cannot_replay', detail: `Notification ${original.id} cannot be replayed` } } };
+      }
+      const replay = this.#notification(original.payload.event_id, original.type, original.payload.data, 'replay', original.occurred_at);
+      setTimeout(() => void this.#send(replay), 5);
+      return { status: 202, json: { data: { notification_id: replay.id }, meta: { request_id: randomUUID() } } };
+    });
+  }
+
+  /** A new event for our destination; Paddle gives up (status failed) when the receiver is down. */
+  async event(type = 'transaction.completed', setting = NOTIFICATION_SETTING): Promise<PaddleNotification> {
+    const n = this.#notification(`evt_01${randomUUID().replaceAll('-', '').slice(0, 24)}`, type, { id: `txn_${++this.#n}` }, 'event', new Date().toISOString(), setting);
+    await this.#send(n);
+    return n;
+  }
+
+  #notification(eventId: string, type: string, data: Record<string, unknown>, origin: 'event' | 'replay', occurredAt: string, setting = NOTIFICATION_SETTING): PaddleNotification {
+    const id = `ntf_01${randomUUID().replaceAll('-', '').slice(0, 24)}`;
+    const n: PaddleNotification = {
+      id,
+      type,
+      status: 'not_attempted',
+      payload: { event_id: eventId, event_type: type, occurred_at: occurredAt, notification_id: id, data },
+      occurred_at: occurredAt,
+      delivered_at: null,
+      replayed_at: null,
+      origin,
+      last_attempt_at: null,
+      retry_at: null,
+      times_attempted: 0,
+      notification_setting_id: setting,
+    };
+    this.notifications.push(n);
+    return n;
+  }
+
+  async #send(n: PaddleNotification): Promise<void> {
+    const body = JSON.stringify(n.payload);
+    const ts = Math.floor(Date.now() / 1000);
+    const h1 = createHmac('sha256', PADDLE_SECRET).update(`${ts}:${body}`).digest('hex');
+    const { ok } = n.notification_setting_id === NOTIFICATION_SETTING ? await this.deliver(body, { 'paddle-signature': `ts=${ts};h1=${h1}` }) : { ok: false };
+    n.times_attempted += 1;
+    n.last_attempt_at = new Date().toISOString();
+    n.status = ok ? 'delivered' : 'failed';
+    if (ok) n.delivered_at = n.last_attempt_at;
+  }
+}
+
+// ---------------------------------------------------------------- GitLab
+
+export const GITLAB_TOKEN = 'glpat-catchup-secret';
+export const GITLAB_SECRET = 'gitlab-hook-token';
+export const GITLAB_HOOK = 'projects/7/hooks/3';
+
+export interface GitlabHookEvent {
+  id: number;
+  url: string;
+  trigger: string;
+  request_headers: Record<string, string>;
+  request_data: Record<string, unknown>;
+  response_headers: Record<string, string>;
+  response_body: string;
+  execution_duration: number;
+  response_status: string;
+  created_at: string;
+}
+
+/** GET /api/v4/projects/7/hooks/3/events (page, per_page up to 100, Link rel="next" and X-Next-Page); POST .../events/:id/resend. */
+export class FakeGitlab extends FakeApi {
+  readonly events: GitlabHookEvent[] = [];
+  #id = 500;
+
+  constructor() {
+    super((req) => req.headers['private-token'] === GITLAB_TOKEN);
+    this.route('GET', /^\/api\/v4\/projects\/7\/hooks\/3\/events$/, (_req, url) => {
+      const per = Math.min(100, Number(url.searchParams.get('per_page') ?? 20));
+      const pageNo = Number(url.searchParams.get('page') ?? 1);
+      const list = [...this.events].reverse();
+      const page = list.slice((pageNo - 1) * per, pageNo * per);
+      const more = list.length > pageNo * per;
+      const headers: Record<string, string> = { 'x-page': String(pageNo), 'x-per-page': String(per), 'x-total': String(list.length) };
+      if (more) {
+        headers['x-next-page'] = String(pageNo + 1);
+        headers.link = `<${this.base}/api/v4/projects/7/hooks/3/events?page=${pageNo + 1}&per_page=${per}>; rel="next"`;
+      }
+      return { status: 200, json: page, headers };
+    });
+    this.route('POST', /^\/api\/v4\/projects\/7\/hooks\/3\/events\/(\d+)\/resend$/, (_req, _url, m) => {
+      const original = this.events.find((e) => e.id === Number(m[1]));
+      if (original === undefined) return { status: 404, json: { message: '404 Not found' } };
+      setTimeout(() => void this.#send(original.request_headers, original.request_data, original.trigger), 5);
+      return { status: 201, json: { response_status: 'unknown' } };
+    });
+  }
+
+  /** A new push: delivered to the receiver, logged with what it sent and what came back. */
+  async push(after = randomUUID()): Promise<GitlabHookEvent> {
+    const key = randomUUID();
+    return this.#send({ 'Content-Type': 'application/json', 'User-Agent': 'GitLab/18.0.0', 'Idempotency-Key': key, 'X-Gitlab-Event': 'Push Hook', 'X-Gitlab-Event-UUID': randomUUID(), 'X-Gitlab-Token': '[REDACTED]' }, { object_kind: 'push', after }, 'push_hooks');
+  }
+
+  async #send(headers: Record<string, string>, data: Record<string, unknown>, trigger: string): Promise<GitlabHookEvent> {
+    const send: Record<string, string> = {};
+    for (const [k, v] of Object.entries(headers)) if (k !== 'Content-Type') send[k.toLowerCase()] = v;
+    send['x-gitlab-token'] = GITLAB_SECRET;
+    const { ok, status } = await this.deliver(JSON.stringify(data), send);
+    const e: GitlabHookEvent = {
+      id: ++this.#id,
+      url: this.target ?? 'http://receiver.example/webhooks/gl',
+      trigger,
+      request_headers: headers,
+      request_data: data,
+      response_headers: {},
+      response_body: ok ? '{"status":"accepted"}' : 'Failed to open TCP connection',
+      execution_duration: 0.01,
+      response_status: ok ? String(status) : 'internal error',
+      created_at: new Date().toISOString(),
+    };
+    this.events.push(e);
+    return e;
+  }
+}

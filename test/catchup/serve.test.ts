@@ -131,6 +131,10 @@ describe('catch-up: serve after downtime, and receiver catch-up', () => {
     ]);
     const text = await runCli(['stats', '-c', file]);
     expect(text.stdout).toMatch(/catch-up \(from the senders' APIs\):\n {2}gh: every 60 min, last run \S+ ok \(listed 3/);
+
+    // The API credentials were sent to the APIs only: never written anywhere.
+    const written = [s.output().stdout, s.output().stderr, again.stdout, again.stderr, dry.stdout, dry.stderr, stats.stdout, text.stdout, readFileSync(db).toString('latin1'), readFileSync(effects, 'utf8')].join('\n');
+    for (const credential of [STRIPE_KEY, GITHUB_TOKEN]) expect(written).not.toContain(credential);
   });
 
   it('a wrong API token is one error line naming the source, and serve keeps taking deliveries', async () => {

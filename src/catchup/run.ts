@@ -107,11 +107,12 @@ export async function runCatchUp(o: CatchUpRunOptions): Promise<CatchUpResult> {
   let revisit = Number.POSITIVE_INFINITY;
   try {
     progress('listing');
-    // Senders keep whole seconds (Stripe's `created`): the starting second counts whole.
-    const fromSecond = Math.floor(from / 1000) * 1000;
+    // Strictly from the starting point: Stripe's `created` is in whole seconds, so an event
+    // of the very second catch-up was configured counts as from before it (never applied).
+    // Later starting points overlap the last run by minutes, so nothing falls in between.
     // Listed newest first: reversed, then sorted stably, events of one second stay in the sender's order.
     const listed = (await sender.list({ api, settings, source, from }))
-      .filter((i) => i.at >= fromSecond)
+      .filter((i) => i.at >= from)
       .reverse()
       .sort((a, b) => a.at - b.at);
     counts.listed = listed.length;

@@ -61,7 +61,10 @@ export function registerCheckConfig(program: Command): void {
       const description = describeConfig(configFrom(options));
       if (options.json === true) return printJson(description);
       const out: string[] = [`configuration ${description.file} is valid`, `database: ${description.database}`, `listen: ${description.listen}`, 'sources:'];
-      for (const s of description.sources) out.push(`  ${s.name}: ${s.provider}, ${s.secrets} secret(s)${s.keyIds.length > 0 ? `, key ids ${s.keyIds.join(', ')}` : ''}, answers ${s.successStatus}, retry horizon ${s.retryHorizonHours} h`);
+      for (const s of description.sources) {
+        const catchUp = 'catchUp' in s && s.catchUp !== undefined ? `, catch-up every ${s.catchUp.everyMinutes} min from ${s.catchUp.apiBase}` : '';
+        out.push(`  ${s.name}: ${s.provider}, ${s.secrets} secret(s)${s.keyIds.length > 0 ? `, key ids ${s.keyIds.join(', ')}` : ''}, answers ${s.successStatus}, retry horizon ${s.retryHorizonHours} h${catchUp}`);
+      }
       out.push(`metrics: ${description.metrics.enabled ? `GET /metrics${description.metrics.token ? ' (bearer token required)' : ' (no token)'}` : 'off'}`);
       out.push('routes:');
       for (const r of description.routes) out.push(`  ${r.name}: ${r.source} [${r.events.join(', ')}] key ${r.key} -> ${JSON.stringify(r.effect)}`);

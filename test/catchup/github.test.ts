@@ -77,7 +77,7 @@ describe('catch-up: github (redelivery asked through the API)', () => {
     await setup();
     gh.target = undefined;
     for (let i = 0; i < 30; i++) await gh.push();
-    await new Promise((r) => setTimeout(r, 1100));
+    await new Promise((r) => setTimeout(r, 5));
     await run(); // configured now: the 30 above are from before
     for (let i = 0; i < 130; i++) await gh.push();
     gh.target = `${app.url}/webhooks/gh`;

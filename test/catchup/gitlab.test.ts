@@ -50,7 +50,7 @@ describe('catch-up: gitlab (hook events resent)', () => {
   it('an event from before catch-up was configured is not resent', async () => {
     gl.target = undefined;
     await gl.push();
-    await new Promise((r) => setTimeout(r, 1100));
+    await new Promise((r) => setTimeout(r, 5));
     gl.target = h.url;
     const r = await h.run();
     expect(r).toMatchObject({ error: null, listed: 0, redeliveryAsked: 0 });

@@ -31,7 +31,8 @@ describe('catch-up: serve\'s background schedule', () => {
     let woken = 0;
     const schedule = startCatchUp({ config: app.config, store: app.store, logger, onResult: (r) => results.push(r), onStored: () => (woken += 1) });
     await waitFor(() => (results.length >= 1 ? true : undefined), 'the run at start');
-    await stripe.create(); // not delivered: no target
+    // Not delivered (no target); created a second after catch-up was configured (whole seconds).
+    await stripe.create('checkout.session.completed', Math.floor(Date.now() / 1000) + 1);
     await waitFor(() => (results.some((r) => r.storedNow === 1) ? true : undefined), 'a later run');
     expect(woken).toBe(1);
     await waitFor(() => (results.length >= 4 ? true : undefined), 'more runs');

@@ -54,7 +54,8 @@ describe('catch-up: stripe (events stored from the API)', () => {
 
   it('stores every event missed while the receiver was down, once, oldest first; a second run changes nothing; a late webhook is a duplicate', async () => {
     await setup();
-    const first = await run();
+    // Catch-up configured two seconds ago (Stripe's times are whole seconds).
+    const first = await run({ now: Date.now() - 2000 });
     expect(first).toMatchObject({ error: null, listed: 0, storedNow: 0 });
 
     const delivered = await stripe.create('checkout.session.completed');
@@ -104,7 +105,7 @@ describe('catch-up: stripe (events stored from the API)', () => {
 
   it('pages through at 100 a page, waits out 429 Retry-After, retries a 500 mid-way', async () => {
     await setup();
-    await run();
+    await run({ now: Date.now() - 2000 });
     stripe.target = undefined;
     for (let i = 0; i < 230; i++) await stripe.create();
     stripe.faultAfter = 1;
@@ -128,7 +129,7 @@ describe('catch-up: stripe (events stored from the API)', () => {
 
   it('stops at catchUp.maxRequests without moving the resume point', async () => {
     await setup({ maxRequests: 2 });
-    await run();
+    await run({ now: Date.now() - 2000 });
     const before = await app.store.catchUpState('shop');
     stripe.target = undefined;
     for (let i = 0; i < 250; i++) await stripe.create();
@@ -140,13 +141,16 @@ describe('catch-up: stripe (events stored from the API)', () => {
 
   it('--dry-run counts what it would store and changes nothing', async () => {
     await setup();
-    await run();
+    await run({ now: Date.now() - 2000 });
     const state = await app.store.catchUpState('shop');
     stripe.target = undefined;
     await stripe.create();
     await stripe.create();
-    const r = await run({ dryRun: true });
+    const phases: string[] = [];
+    const r = await run({ dryRun: true, onProgress: (p) => phases.push(`${p.phase} ${p.listed}/${p.storedNow}`) });
     expect(r).toMatchObject({ dryRun: true, listed: 2, storedNow: 2, error: null });
+    // What the CLI's progress line shows as the run moves on.
+    expect(phases).toEqual(['listing 0/0', 'recovering 2/0', 'done 2/2']);
     expect(events()).toEqual([]);
     expect(await app.store.catchUpState('shop')).toEqual(state);
   });

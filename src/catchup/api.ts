@@ -15,6 +15,9 @@ export class BudgetExhausted extends ReceiverError {
   }
 }
 
+/** The API refused the credential (401, 403): the run ends, whatever else it had to do. */
+export class CredentialRefused extends ReceiverError {}
+
 export interface SenderApiOptions {
   /** The source's name, for messages. */
   source: string;
@@ -41,6 +44,9 @@ export interface ApiResponse {
   json: unknown;
   headers: Headers;
 }
+
+/** An answer about one request (a 4xx other than 401/403/429, a next page elsewhere): the run may go on with the next item. */
+export class RequestRefused extends ReceiverError {}
 
 /** Tries of one request after a 5xx or network failure, and the pause before each. */
 const RETRY_PAUSES_MS = [500, 2000];
@@ -119,7 +125,7 @@ export class SenderApi {
       }
       if (res.status === 401 || res.status === 403) {
         // Nothing from the answer is repeated: some APIs echo part of the key.
-        throw new ReceiverError('runtime', `sources.${this.#o.source}.catchUp.${this.#o.credentialField}: ${this.#o.sender} refused the credential (HTTP ${res.status}): it is wrong, expired or revoked, or lacks a permission`, {
+        throw new CredentialRefused('runtime', `sources.${this.#o.source}.catchUp.${this.#o.credentialField}: ${this.#o.sender} refused the credential (HTTP ${res.status}): it is wrong, expired or revoked, or lacks a permission`, {
           hint: `give catchUp.${this.#o.credentialField} a valid credential with ${this.#o.permissions}`,
         });
       }
@@ -137,7 +143,7 @@ export class SenderApi {
   }
 
   #error(message: string): ReceiverError {
-    return new ReceiverError('runtime', `sources.${this.#o.source}.catchUp: ${this.#o.sender}: ${message}`);
+    return new RequestRefused('runtime', `sources.${this.#o.source}.catchUp: ${this.#o.sender}: ${message}`);
   }
 }
 

@@ -4,7 +4,7 @@ import { ReceiverError } from '../errors.js';
 import type { ResolvedSource } from '../providers/types.js';
 import { sha256Hex } from '../providers/util.js';
 import type { CatchUpCounts, CatchUpState, CatchUpStore } from '../store/catch-up-types.js';
-import { BudgetExhausted, SenderApi } from './api.js';
+import { RequestRefused, SenderApi } from './api.js';
 import type { CatchUpSettings, ListedItem } from './types.js';
 
 /**
@@ -141,7 +141,9 @@ export async function runCatchUp(o: CatchUpRunOptions): Promise<CatchUpResult> {
           revisit = Math.min(revisit, item.at);
         }
       } catch (e) {
-        if (e instanceof BudgetExhausted || !(e instanceof ReceiverError) || /refused the credential/.test(e.message)) throw e;
+        // One item's trouble (the API refused this redelivery, the event has no id): counted,
+        // and the run goes on. A refused credential, the request budget, the store: the run ends.
+        if (!(e instanceof RequestRefused || (e instanceof ReceiverError && e.kind === 'payload'))) throw e;
         counts.failed += 1;
         revisit = Math.min(revisit, item.at);
         error ??= e;

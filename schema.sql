@@ -19,6 +19,7 @@ CREATE TABLE catch_up (
   source TEXT PRIMARY KEY,
   configured_at INTEGER NOT NULL,
   resume_at INTEGER,
+  resume_cursor TEXT,
   last_run_at INTEGER,
   last_ok_at INTEGER,
   last_error TEXT,

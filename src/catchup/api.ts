@@ -11,7 +11,7 @@ import { ReceiverError } from '../errors.js';
 /** A run stopped by its request budget (catchUp.maxRequests): the next run continues. */
 export class BudgetExhausted extends ReceiverError {
   constructor(source: string, max: number) {
-    super('runtime', `sources.${source}.catchUp: stopped after ${max} requests (catchUp.maxRequests); the next run continues from the same point`);
+    super('runtime', `sources.${source}.catchUp: stopped after ${max} requests (catchUp.maxRequests); the next run continues where this one stopped`);
   }
 }
 

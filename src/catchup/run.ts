@@ -3,9 +3,9 @@ import { anyRouteApplies } from '../effects/routes.js';
 import { ReceiverError } from '../errors.js';
 import type { ResolvedSource } from '../providers/types.js';
 import { sha256Hex } from '../providers/util.js';
-import type { CatchUpCounts, CatchUpState, CatchUpStore } from '../store/catch-up-types.js';
-import { RequestRefused, SenderApi } from './api.js';
-import type { CatchUpSettings, ListedItem } from './types.js';
+import type { CatchUpCounts, CatchUpPartial, CatchUpState, CatchUpStore } from '../store/catch-up-types.js';
+import { BudgetExhausted, RequestRefused, SenderApi } from './api.js';
+import type { CatchUpSettings, ListContext, ListedItem } from './types.js';
 
 /**
  * One catch-up run for one source: list what the sender's API shows from the starting
@@ -68,12 +68,14 @@ export async function runCatchUp(o: CatchUpRunOptions): Promise<CatchUpResult> {
   const dryRun = o.dryRun === true;
   // A dry run creates no state: before the first real run, it looks from now on.
   const state: CatchUpState = dryRun
-    ? ((await store.catchUpState(source.name)) ?? { source: source.name, configuredAt: o.now, resumeAt: null, lastRunAt: null, lastOkAt: null, lastError: null, lastCounts: null })
+    ? ((await store.catchUpState(source.name)) ?? { source: source.name, configuredAt: o.now, resumeAt: null, partial: null, lastRunAt: null, lastOkAt: null, lastError: null, lastCounts: null })
     : await store.beginCatchUp(source.name, o.now);
   // Never before catch-up was configured (its effects would apply to events from before
   // the receiver was there), unless --since asks for it.
   const resumePoint = Math.max(state.resumeAt ?? state.configuredAt, state.configuredAt);
   const from = o.since ?? resumePoint;
+  // The older part an interrupted run left (not with --since, which chooses its own span).
+  const until = o.since === undefined ? (state.partial?.until ?? undefined) : undefined;
   const result = (error: ReceiverError | null, resumeAt: number | null, requests: number): CatchUpResult => ({
     source: source.name,
     provider: sender.provider,
@@ -105,17 +107,20 @@ export async function runCatchUp(o: CatchUpRunOptions): Promise<CatchUpResult> {
   let error: ReceiverError | null = null;
   // The earliest item that must be looked at again (asked for, or failed): the next run starts there.
   let revisit = Number.POSITIVE_INFINITY;
+  const ctx: ListContext = { api, settings, source, from, until };
+  let oldestListed = Number.POSITIVE_INFINITY;
   try {
     progress('listing');
     // Strictly from the starting point: Stripe's `created` is in whole seconds, so an event
     // of the very second catch-up was configured counts as from before it (never applied).
     // Later starting points overlap the last run by minutes, so nothing falls in between.
     // Listed newest first: reversed, then sorted stably, events of one second stay in the sender's order.
-    const listed = (await sender.list({ api, settings, source, from }))
-      .filter((i) => i.at >= from)
+    const listed = (await sender.list(ctx))
+      .filter((i) => i.at >= from && (until === undefined || i.at <= until))
       .reverse()
       .sort((a, b) => a.at - b.at);
     counts.listed = listed.length;
+    oldestListed = listed[0]?.at ?? oldestListed;
     const stored = await storedAmong(store, source.name, listed);
     const missing: ListedItem[] = [];
     for (const item of listed) {
@@ -158,10 +163,19 @@ export async function runCatchUp(o: CatchUpRunOptions): Promise<CatchUpResult> {
 
   // A complete run moves the resume point to just before it started (or to the earliest
   // item still owed), but never back before catch-up was configured, and only when this
-  // run covered everything since the current resume point.
+  // run covered everything since the current resume point. A run that completed the older
+  // part of an interrupted one moves it to where that one would have.
   let resumeAt: number | null = null;
-  if (error === null && from <= resumePoint) resumeAt = Math.max(state.configuredAt, Math.min(o.now - RESUME_OVERLAP_MS, revisit));
-  if (!dryRun) await store.recordCatchUp(source.name, { at: o.now, resumeAt: resumeAt ?? undefined, error: error?.message ?? null, counts: { ...counts } });
+  let partial: CatchUpPartial | null | undefined;
+  const end = Math.max(state.configuredAt, Math.min(o.now - RESUME_OVERLAP_MS, revisit));
+  if (ctx.truncated === true && error === null) {
+    partial = { until: oldestListed, end: state.partial?.end ?? end };
+    error = new BudgetExhausted(source.name, settings.maxRequests);
+  } else if (error === null && from <= resumePoint) {
+    resumeAt = until === undefined ? end : Math.min(state.partial!.end, revisit);
+    if (until !== undefined) partial = null;
+  }
+  if (!dryRun) await store.recordCatchUp(source.name, { at: o.now, resumeAt: resumeAt ?? undefined, partial, error: error?.message ?? null, counts: { ...counts } });
   return result(error, resumeAt, api.requests);
 }
 

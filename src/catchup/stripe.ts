@@ -1,3 +1,4 @@
+import { BudgetExhausted } from './api.js';
 import type { CatchUpSender, ListedItem } from './types.js';
 
 /** Stripe's largest page of GET /v1/events. */
@@ -29,12 +30,26 @@ export const stripeCatchUp: CatchUpSender = {
   headers(key) {
     return { authorization: `Bearer ${key}` };
   },
-  async list({ api, from }) {
+  async list(ctx) {
+    const { api, from, until } = ctx;
     const items: ListedItem[] = [];
     let after: string | undefined;
     for (;;) {
-      const url = api.url('/v1/events', { limit: PAGE, 'created[gte]': Math.floor(from / 1000), starting_after: after });
-      const page = (await api.get(url)).json as StripeList;
+      const url = api.url('/v1/events', {
+        limit: PAGE,
+        'created[gte]': Math.floor(from / 1000),
+        'created[lte]': until === undefined ? undefined : Math.floor(until / 1000),
+        starting_after: after,
+      });
+      let page: StripeList;
+      try {
+        page = (await api.get(url)).json as StripeList;
+      } catch (e) {
+        // Out of requests: what was listed (the newest) is recovered now, the older rest next run.
+        if (!(e instanceof BudgetExhausted) || items.length === 0) throw e;
+        ctx.truncated = true;
+        return items;
+      }
       const data = Array.isArray(page.data) ? (page.data as Record<string, unknown>[]) : [];
       for (const event of data) {
         if (typeof event.id !== 'string' || typeof event.created !== 'number') continue;

@@ -43,6 +43,13 @@ export interface ListContext {
   source: ResolvedSource;
   /** Nothing created before this (ms) is wanted; a listing newest first may stop there. */
   from: number;
+  /** Nothing created after this (ms) is wanted: the older part of an interrupted run. */
+  until?: number | undefined;
+  /**
+   * Set by a sender that ran out of requests while listing newest first and returns what it
+   * listed so far (Stripe): the run recovers those, and the next one lists the older rest.
+   */
+  truncated?: boolean;
 }
 
 export interface CatchUpSender {

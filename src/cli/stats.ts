@@ -49,6 +49,8 @@ export function statsJson(s: StoreStats, config: Config, now: number, catchUp: r
         everyMinutes: config.catchUp.get(name)?.everyMinutes ?? null,
         firstConfiguredAt: iso(c?.configuredAt ?? null),
         resumeAt: iso(c?.resumeAt ?? null),
+        // A run stopped at its request budget: the next lists only up to here first.
+        olderPartUntil: iso(c?.partial?.until ?? null),
         lastRunAt: iso(c?.lastRunAt ?? null),
         lastOkAt: iso(c?.lastOkAt ?? null),
         lastError: c?.lastError ?? null,
@@ -82,7 +84,8 @@ function describe(j: ReturnType<typeof statsJson>): string {
     const n = c.lastCounts;
     const counts = n === null ? '' : ` (listed ${n.listed}, already stored ${n.alreadyStored}, stored ${n.storedNow}, redelivery asked ${n.redeliveryAsked}, failed ${n.failed})`;
     const every = c.everyMinutes === null ? 'not configured any more' : `every ${c.everyMinutes} min`;
-    out.push(`  ${c.source}: ${every}, ${last}${counts}, resumes from ${c.resumeAt ?? c.firstConfiguredAt ?? 'now'}`);
+    const older = c.olderPartUntil === null ? '' : `, the older part up to ${c.olderPartUntil} first`;
+    out.push(`  ${c.source}: ${every}, ${last}${counts}, resumes from ${c.resumeAt ?? c.firstConfiguredAt ?? 'now'}${older}`);
   }
   return `${out.join('\n')}\n`;
 }

@@ -40,10 +40,22 @@ export interface CatchUpCounts {
   failed: number;
 }
 
+/**
+ * A run that stopped at its request budget while listing newest first left the older part
+ * undone: the next run lists only up to `until` (ms), and once that part is done the
+ * resume point jumps to `end`, where the interrupted run would have put it.
+ */
+export interface CatchUpPartial {
+  until: number;
+  end: number;
+}
+
 export interface CatchUpState {
   source: string;
   configuredAt: number;
   resumeAt: number | null;
+  /** The older part a run stopped short of, or null. */
+  partial: CatchUpPartial | null;
   lastRunAt: number | null;
   lastOkAt: number | null;
   /** The last run's error, null after a successful run. */
@@ -56,6 +68,8 @@ export interface CatchUpRunRecord {
   at: number;
   /** Absent: a failed run, or one that must not move the resume point. */
   resumeAt?: number | undefined;
+  /** Absent: unchanged; null: cleared. */
+  partial?: CatchUpPartial | null | undefined;
   error: string | null;
   counts: CatchUpCounts;
 }
@@ -93,6 +107,7 @@ export interface CatchUpStateRow {
   source: string;
   configured_at: number | string;
   resume_at: number | string | null;
+  resume_cursor: string | null;
   last_run_at: number | string | null;
   last_ok_at: number | string | null;
   last_error: string | null;
@@ -107,6 +122,7 @@ export function toCatchUpState(r: CatchUpStateRow): CatchUpState {
     source: r.source,
     configuredAt: Number(r.configured_at),
     resumeAt: num(r.resume_at),
+    partial: r.resume_cursor === null ? null : (JSON.parse(r.resume_cursor) as CatchUpPartial),
     lastRunAt: num(r.last_run_at),
     lastOkAt: num(r.last_ok_at),
     lastError: r.last_error,

@@ -116,7 +116,7 @@ export interface StripeEvent {
   data: { object: Record<string, unknown> };
 }
 
-/** GET /v1/events: newest first, `limit` up to 100, `created[gte]`, `starting_after`. */
+/** GET /v1/events: newest first, `limit` up to 100, `created[gte]`, `created[lte]`, `starting_after`. */
 export class FakeStripe extends FakeApi {
   readonly events: StripeEvent[] = [];
   #n = 0;
@@ -126,8 +126,9 @@ export class FakeStripe extends FakeApi {
     this.route('GET', /^\/v1\/events$/, (_req, url) => {
       const limit = Math.min(100, Number(url.searchParams.get('limit') ?? 10));
       const gte = Number(url.searchParams.get('created[gte]') ?? 0);
+      const lte = Number(url.searchParams.get('created[lte]') ?? Number.POSITIVE_INFINITY);
       const after = url.searchParams.get('starting_after');
-      let list = [...this.events].reverse().filter((e) => e.created >= gte);
+      let list = [...this.events].reverse().filter((e) => e.created >= gte && e.created <= lte);
       if (after !== null) list = list.slice(list.findIndex((e) => e.id === after) + 1);
       return { status: 200, json: { object: 'list', url: '/v1/events', has_more: list.length > limit, data: list.slice(0, limit) } };
     });

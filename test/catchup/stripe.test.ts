@@ -127,16 +127,31 @@ describe('catch-up: stripe (events stored from the API)', () => {
     expect(state).toMatchObject({ lastError: r.error, lastOkAt: null, resumeAt: null });
   });
 
-  it('stops at catchUp.maxRequests without moving the resume point', async () => {
+  it('stops at catchUp.maxRequests, recovers the newest it listed, and lists only the older rest next time', async () => {
     await setup({ maxRequests: 2 });
-    await run({ now: Date.now() - 2000 });
+    const base = Math.floor(Date.now() / 1000) - 1000;
+    await run({ now: (base - 10) * 1000 });
     const before = await app.store.catchUpState('shop');
     stripe.target = undefined;
-    for (let i = 0; i < 250; i++) await stripe.create();
-    const r = await run();
-    expect(r.error).toMatch(/^sources\.shop\.catchUp: stopped after 2 requests \(catchUp\.maxRequests\)/);
+    for (let i = 0; i < 250; i++) await stripe.create('checkout.session.completed', base + i);
+
+    const first = await run();
+    expect(first.error).toBe('sources.shop.catchUp: stopped after 2 requests (catchUp.maxRequests); the next run continues where this one stopped');
+    expect(first).toMatchObject({ listed: 200, storedNow: 200 });
     expect(stripe.requests.length).toBe(3);
-    expect((await app.store.catchUpState('shop'))?.resumeAt).toBe(before?.resumeAt);
+    const state = await app.store.catchUpState('shop');
+    expect(state?.resumeAt).toBe(before?.resumeAt);
+    expect(state?.partial).toEqual({ until: (base + 50) * 1000, end: expect.any(Number) });
+
+    const rest = await run();
+    expect(rest).toMatchObject({ error: null, listed: 51, alreadyStored: 1, storedNow: 50 });
+    expect(new URLSearchParams(stripe.requests.at(-1)!.query).get('created[lte]')).toBe(String(base + 50));
+    const after = await app.store.catchUpState('shop');
+    expect(after).toMatchObject({ partial: null, resumeAt: state!.partial!.end });
+
+    expect(await run()).toMatchObject({ error: null, listed: 0 });
+    expect(new Set(events().map((e) => e.delivery_id)).size).toBe(250);
+    expect(events()).toHaveLength(250);
   });
 
   it('--dry-run counts what it would store and changes nothing', async () => {

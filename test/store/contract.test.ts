@@ -801,7 +801,7 @@ describe.each(backends)('$name store contract', (backend) => {
     it('keeps when catch-up was first configured, and moves the resume point only when told', async () => {
       expect(await store.catchUpState('shop')).toBeUndefined();
       const begun = await store.beginCatchUp('shop', T0);
-      expect(begun).toEqual({ source: 'shop', configuredAt: T0, resumeAt: null, lastRunAt: null, lastOkAt: null, lastError: null, lastCounts: null });
+      expect(begun).toEqual({ source: 'shop', configuredAt: T0, resumeAt: null, partial: null, lastRunAt: null, lastOkAt: null, lastError: null, lastCounts: null });
       expect((await store.beginCatchUp('shop', T0 + DAY)).configuredAt).toBe(T0);
       const counts = { listed: 3, alreadyStored: 1, storedNow: 2, redeliveryAsked: 0, failed: 0 };
       await store.recordCatchUp('shop', { at: T0 + SEC, resumeAt: T0 + 500, error: null, counts });
@@ -810,11 +810,18 @@ describe.each(backends)('$name store contract', (backend) => {
         source: 'shop',
         configuredAt: T0,
         resumeAt: T0 + 500,
+        partial: null,
         lastRunAt: T0 + 2 * SEC,
         lastOkAt: T0 + SEC,
         lastError: 'stripe answered 500',
         lastCounts: { ...counts, failed: 1 },
       });
+      // The older part a run stopped short of: kept until a run says otherwise, then cleared.
+      await store.recordCatchUp('shop', { at: T0 + 3 * SEC, error: 'stopped', counts, partial: { until: T0 - DAY, end: T0 + 400 } });
+      await store.recordCatchUp('shop', { at: T0 + 4 * SEC, error: 'down', counts });
+      expect((await store.catchUpState('shop'))?.partial).toEqual({ until: T0 - DAY, end: T0 + 400 });
+      await store.recordCatchUp('shop', { at: T0 + 5 * SEC, resumeAt: T0 + 400, partial: null, error: null, counts });
+      expect(await store.catchUpState('shop')).toMatchObject({ partial: null, resumeAt: T0 + 400, lastOkAt: T0 + 5 * SEC });
       await store.beginCatchUp('github', T0);
       expect((await store.catchUpStates()).map((s) => s.source)).toEqual(['github', 'shop']);
     });

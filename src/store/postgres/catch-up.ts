@@ -30,7 +30,7 @@ export async function storeFetched(c: Conn, e: FetchedEvent): Promise<StoreFetch
   return { stored: false, eventId: existing.rows[0]!.id };
 }
 
-const STATE_COLUMNS = 'source, configured_at, resume_at, last_run_at, last_ok_at, last_error, last_counts';
+const STATE_COLUMNS = 'source, configured_at, resume_at, resume_cursor, last_run_at, last_ok_at, last_error, last_counts';
 
 export async function catchUpState(c: Conn, source: string): Promise<CatchUpState | undefined> {
   const { rows } = await c.query<CatchUpStateRow>('catch-up', `SELECT ${STATE_COLUMNS} FROM catch_up WHERE source = $1`, [source]);
@@ -52,8 +52,9 @@ export async function recordCatchUp(c: Conn, source: string, run: CatchUpRunReco
     'catch-up',
     `UPDATE catch_up SET last_run_at = $1, last_error = $2::text, last_counts = $3,
        last_ok_at = CASE WHEN $2::text IS NULL THEN $1 ELSE last_ok_at END,
-       resume_at = coalesce($4, resume_at)
+       resume_at = coalesce($4, resume_at),
+       resume_cursor = CASE WHEN $6 THEN $7 ELSE resume_cursor END
      WHERE source = $5`,
-    [run.at, run.error, JSON.stringify(run.counts), run.resumeAt ?? null, source],
+    [run.at, run.error, JSON.stringify(run.counts), run.resumeAt ?? null, source, run.partial !== undefined, run.partial == null ? null : JSON.stringify(run.partial)],
   );
 }

@@ -122,6 +122,7 @@ CREATE TABLE catch_up (
   source text PRIMARY KEY,
   configured_at bigint NOT NULL,
   resume_at bigint,
+  resume_cursor text,
   last_run_at bigint,
   last_ok_at bigint,
   last_error text,

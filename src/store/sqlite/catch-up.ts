@@ -60,7 +60,7 @@ export function storeFetched(db: Db, busyTimeoutMs: number, e: FetchedEvent): Pr
   );
 }
 
-const STATE_COLUMNS = 'source, configured_at, resume_at, last_run_at, last_ok_at, last_error, last_counts';
+const STATE_COLUMNS = 'source, configured_at, resume_at, resume_cursor, last_run_at, last_ok_at, last_error, last_counts';
 
 export function catchUpState(db: Db, source: string): Promise<CatchUpState | undefined> {
   try {
@@ -91,9 +91,10 @@ export async function recordCatchUp(db: Db, busyTimeoutMs: number, source: strin
       .prepare(
         `UPDATE catch_up SET last_run_at = ?, last_error = ?, last_counts = ?,
            last_ok_at = CASE WHEN ? IS NULL THEN ? ELSE last_ok_at END,
-           resume_at = coalesce(?, resume_at)
+           resume_at = coalesce(?, resume_at),
+           resume_cursor = CASE WHEN ? THEN ? ELSE resume_cursor END
          WHERE source = ?`,
       )
-      .run(run.at, run.error, JSON.stringify(run.counts), run.error, run.at, run.resumeAt ?? null, source),
+      .run(run.at, run.error, JSON.stringify(run.counts), run.error, run.at, run.resumeAt ?? null, run.partial === undefined ? 0 : 1, run.partial == null ? null : JSON.stringify(run.partial), source),
   );
 }

@@ -31,6 +31,8 @@ export interface SenderApiOptions {
   credentialField: string;
   /** What the credential needs, for the refusal's hint. */
   permissions: string;
+  /** The catchUp fields that name what is listed, for a 404 (`catchUp.hook and catchUp.apiBase`). */
+  where: string;
   maxRequests: number;
   fetch?: typeof fetch;
   sleep?: (ms: number) => Promise<void>;
@@ -110,7 +112,8 @@ export class SenderApi {
         continue;
       }
       const text = await res.text();
-      if (res.status === 429 || (res.status === 403 && res.headers.get('x-ratelimit-remaining') === '0')) {
+      // GitHub says "rate limited" with 403 too: x-ratelimit-remaining 0, or Retry-After (secondary limits).
+      if (res.status === 429 || (res.status === 403 && (res.headers.get('x-ratelimit-remaining') === '0' || res.headers.has('retry-after')))) {
         const waitMs = retryAfterMs(res.headers);
         const max = this.#o.maxWaitMs ?? 60_000;
         if (waitMs > max) throw this.#error(`rate limited by the API for ${Math.ceil(waitMs / 1000)} s; the next run tries again`);
@@ -129,6 +132,7 @@ export class SenderApi {
           hint: `give catchUp.${this.#o.credentialField} a valid credential with ${this.#o.permissions}`,
         });
       }
+      if (res.status === 404 && method === 'GET') throw this.#error(`the API answered 404 to GET ${url.pathname}: nothing there, or the credential cannot see it (check ${this.#o.where})`);
       if (res.status >= 400) throw this.#error(`the API answered ${res.status} to ${method} ${url.pathname}${apiMessage(text)}`);
       let json: unknown = null;
       if (text !== '') {

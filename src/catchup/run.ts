@@ -98,6 +98,7 @@ export async function runCatchUp(o: CatchUpRunOptions): Promise<CatchUpResult> {
     headers: sender.headers(settings.credential.reveal()),
     credentialField: sender.credentialField,
     permissions: sender.permissions,
+    where: ['hook', 'notificationSettingId', 'apiBase'].filter((f) => f === 'apiBase' || settings[f as 'hook' | 'notificationSettingId'] !== undefined).map((f) => `catchUp.${f}`).join(' and '),
     maxRequests: settings.maxRequests,
     fetch: o.fetch,
     sleep: o.sleep,

@@ -107,6 +107,21 @@ describe('catch-up: github (redelivery asked through the API)', () => {
     expect(waits[0]).toBeLessThanOrEqual(2000);
   });
 
+  it('a hook that does not exist is one error naming the fields to check', async () => {
+    await setup(GITHUB_TOKEN, { hook: 'repos/shop/site/hooks/43' });
+    const r = await run();
+    expect(r.error).toBe(
+      'sources.gh.catchUp: GitHub: the API answered 404 to GET /repos/shop/site/hooks/43/deliveries: nothing there, or the credential cannot see it (check catchUp.hook and catchUp.apiBase)',
+    );
+  });
+
+  it('a secondary rate limit (403 with Retry-After) is waited out too', async () => {
+    await setup();
+    gh.faults.push({ status: 403, headers: { 'retry-after': '4' }, body: '{"message":"You have exceeded a secondary rate limit"}' });
+    expect(await run()).toMatchObject({ error: null });
+    expect(waits).toEqual([4000]);
+  });
+
   it('a bad token is one clear error naming the source and the field, and nothing is asked', async () => {
     await setup('github_pat_wrong');
     await run();

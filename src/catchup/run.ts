@@ -66,6 +66,8 @@ export async function runCatchUp(o: CatchUpRunOptions): Promise<CatchUpResult> {
   const counts = zero();
   const progress = (phase: CatchUpProgress['phase']) => o.onProgress?.({ source: source.name, phase, ...counts });
   const dryRun = o.dryRun === true;
+  // Loaded without secrets (an operator command that only reads): a bug to get here.
+  if (settings.credential === undefined) throw new ReceiverError('config', `sources.${source.name}.catchUp.${sender.credentialField}: not resolved`);
   // A dry run creates no state: before the first real run, it looks from now on.
   const state: CatchUpState = dryRun
     ? ((await store.catchUpState(source.name)) ?? { source: source.name, configuredAt: o.now, resumeAt: null, partial: null, lastRunAt: null, lastOkAt: null, lastError: null, lastCounts: null })
@@ -90,7 +92,6 @@ export async function runCatchUp(o: CatchUpRunOptions): Promise<CatchUpResult> {
     hint: error?.hint ?? null,
   });
 
-  if (settings.credential === undefined) throw new ReceiverError('config', `sources.${source.name}.catchUp.${sender.credentialField}: not resolved`);
   const api = new SenderApi({
     source: source.name,
     sender: sender.title,

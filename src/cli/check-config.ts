@@ -18,6 +18,7 @@ export function describeConfig(config: Config) {
       successStatus: s.successStatus,
       retryHorizonHours: s.retryHorizonHours,
       onConflict: s.options.onConflict,
+      ...catchUpOf(config, s.name),
     })),
     routes: config.routes.map((r) => ({
       name: r.name,
@@ -44,6 +45,14 @@ export function describeConfig(config: Config) {
   };
 }
 
+/** A source's catchUp settings, its credential shown only as present. */
+function catchUpOf(config: Config, name: string) {
+  const c = config.catchUp.get(name);
+  if (c === undefined) return {};
+  const target = c.hook ?? c.notificationSettingId;
+  return { catchUp: { apiBase: redactUrl(c.apiBase), everyMinutes: c.everyMinutes, maxRequests: c.maxRequests, ...(target === undefined ? {} : { target }), credential: c.credential !== undefined } };
+}
+
 export function registerCheckConfig(program: Command): void {
   addCommonOptions(program.command('check-config'))
     .description('validate the configuration and print the resolved sources and routes, secrets hidden')
@@ -52,7 +61,10 @@ export function registerCheckConfig(program: Command): void {
       const description = describeConfig(configFrom(options));
       if (options.json === true) return printJson(description);
       const out: string[] = [`configuration ${description.file} is valid`, `database: ${description.database}`, `listen: ${description.listen}`, 'sources:'];
-      for (const s of description.sources) out.push(`  ${s.name}: ${s.provider}, ${s.secrets} secret(s)${s.keyIds.length > 0 ? `, key ids ${s.keyIds.join(', ')}` : ''}, answers ${s.successStatus}, retry horizon ${s.retryHorizonHours} h`);
+      for (const s of description.sources) {
+        const catchUp = 'catchUp' in s && s.catchUp !== undefined ? `, catch-up every ${s.catchUp.everyMinutes} min from ${s.catchUp.apiBase}` : '';
+        out.push(`  ${s.name}: ${s.provider}, ${s.secrets} secret(s)${s.keyIds.length > 0 ? `, key ids ${s.keyIds.join(', ')}` : ''}, answers ${s.successStatus}, retry horizon ${s.retryHorizonHours} h${catchUp}`);
+      }
       out.push(`metrics: ${description.metrics.enabled ? `GET /metrics${description.metrics.token ? ' (bearer token required)' : ' (no token)'}` : 'off'}`);
       out.push('routes:');
       for (const r of description.routes) out.push(`  ${r.name}: ${r.source} [${r.events.join(', ')}] key ${r.key} -> ${JSON.stringify(r.effect)}`);

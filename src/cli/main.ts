@@ -1,5 +1,6 @@
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { ReceiverError } from '../errors.js';
+import { registerCatchUp } from './catch-up.js';
 import { registerCheckConfig } from './check-config.js';
 import { registerEvents } from './events.js';
 import { registerPurge } from './purge.js';
@@ -28,6 +29,7 @@ export function buildProgram(): Command {
   registerReplay(program);
   registerEvents(program);
   registerStats(program);
+  registerCatchUp(program);
   // Every subcommand reports bad flags through the same exit path.
   for (const cmd of program.commands) cmd.exitOverride();
   return program;

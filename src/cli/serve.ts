@@ -8,6 +8,7 @@ import { moduleOrigin } from '../effects/module.js';
 import type { Drain } from '../drain/loop.js';
 import { startDrainThread } from '../drain/thread.js';
 import { createApp } from '../http/app.js';
+import { startCatchUp, type CatchUpSchedule } from '../catchup/schedule.js';
 import type { DeliveryOutcome } from '../http/ingest.js';
 import { metricsRoute, ReceiverMetrics, type QueueSnapshot } from '../http/metrics.js';
 import { createLogger, redactUrl, type Logger } from '../log.js';
@@ -177,6 +178,7 @@ export async function serve(options: ServeOptions): Promise<void> {
     routes: config.routes.map((r) => r.name),
     queue: queueSnapshot(store),
     processMetrics: true,
+    catchUpSources: config.catchUp.keys(),
   });
   // Started once the listener is up (below); until then an accepted delivery wakes nothing.
   let drain: Drain | undefined = undefined;
@@ -264,6 +266,9 @@ export async function serve(options: ServeOptions): Promise<void> {
     },
     'listening',
   );
+  // In the background, after listening: a run never delays ingest, and a refused credential is logged, never fatal.
+  const catchUp: CatchUpSchedule | undefined =
+    config.catchUp.size > 0 ? startCatchUp({ config, store, logger, onStored: () => drain?.wake(), onResult: (r) => metrics.observeCatchUp(r) }) : undefined;
 
   const stop = async (signal: string) => {
     if (stopping) {
@@ -291,7 +296,7 @@ export async function serve(options: ServeOptions): Promise<void> {
     }, graceMs);
     // 2. The drain stops claiming and lets the running effect finish within the grace
     //    period; beyond it the effect is left to its lease and retried after a restart.
-    await Promise.all([closed, drain?.stop(graceMs)]);
+    await Promise.all([closed, drain?.stop(graceMs), catchUp?.stop()]);
     clearTimeout(force);
     // 3. In-flight inserts (group commit) are flushed, then the database is closed.
     let code = 0;

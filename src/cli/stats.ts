@@ -1,7 +1,8 @@
 import type { Command } from 'commander';
 import type { Config } from '../config/load.js';
 import type { StoreStats } from '../store/ops-types.js';
-import { addCommonOptions, configFrom, openStoreFor, printJson, type CommonOptions } from './common.js';
+import type { CatchUpState } from '../store/catch-up-types.js';
+import { addCommonOptions, configFrom, openStoreFor, printable, printJson, type CommonOptions } from './common.js';
 
 const HOUR_MS = 3_600_000;
 
@@ -13,7 +14,7 @@ const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOStrin
 const hours = (ms: number) => Math.round((ms / HOUR_MS) * 10) / 10;
 
 /** The JSON document of `stats --json`. */
-export function statsJson(s: StoreStats, config: Config, now: number) {
+export function statsJson(s: StoreStats, config: Config, now: number, catchUp: readonly CatchUpState[] = []) {
   const seen = new Map(s.sources.map((x) => [x.source, x]));
   const names = [...new Set([...config.sources.keys(), ...seen.keys()])].sort();
   return {
@@ -39,6 +40,23 @@ export function statsJson(s: StoreStats, config: Config, now: number) {
       };
     }),
     effects: s.effectsByStatus,
+    // Sources with catchUp configured, and any that ran before: where each stands.
+    catchUp: [...new Set([...config.catchUp.keys(), ...catchUp.map((c) => c.source)])].sort().map((name) => {
+      const c = catchUp.find((x) => x.source === name);
+      return {
+        source: name,
+        configured: config.catchUp.has(name),
+        everyMinutes: config.catchUp.get(name)?.everyMinutes ?? null,
+        firstConfiguredAt: iso(c?.configuredAt ?? null),
+        resumeAt: iso(c?.resumeAt ?? null),
+        // A run stopped at its request budget: the next lists only up to here first.
+        olderPartUntil: iso(c?.partial?.until ?? null),
+        lastRunAt: iso(c?.lastRunAt ?? null),
+        lastOkAt: iso(c?.lastOkAt ?? null),
+        lastError: c?.lastError ?? null,
+        lastCounts: c?.lastCounts ?? null,
+      };
+    }),
   };
 }
 
@@ -60,6 +78,15 @@ function describe(j: ReturnType<typeof statsJson>): string {
     const verdict = s.keysCoverHorizon === null ? '' : s.keysCoverHorizon ? ', covered' : ', younger than the horizon (a young database, or purged too early)';
     out.push(`  ${s.source}: ${age}, ${horizon}${verdict}`);
   }
+  if (j.catchUp.length > 0) out.push('catch-up (from the senders\' APIs):');
+  for (const c of j.catchUp) {
+    const last = c.lastRunAt === null ? 'never run' : `last run ${c.lastRunAt}${c.lastError === null ? ' ok' : ` FAILED: ${printable(c.lastError)}`}`;
+    const n = c.lastCounts;
+    const counts = n === null ? '' : ` (listed ${n.listed}, already stored ${n.alreadyStored}, stored ${n.storedNow}, redelivery asked ${n.redeliveryAsked}, failed ${n.failed})`;
+    const every = c.everyMinutes === null ? 'not configured any more' : `every ${c.everyMinutes} min`;
+    const older = c.olderPartUntil === null ? '' : `, the older part up to ${c.olderPartUntil} first`;
+    out.push(`  ${c.source}: ${every}, ${last}${counts}, resumes from ${c.resumeAt ?? c.firstConfiguredAt ?? 'now'}${older}`);
+  }
   return `${out.join('\n')}\n`;
 }
 
@@ -72,12 +99,14 @@ export function registerStats(program: Command): void {
       const store = await openStoreFor(config);
       const now = Date.now();
       let s: StoreStats;
+      let catchUp: CatchUpState[];
       try {
         s = await store.stats(now);
+        catchUp = await store.catchUpStates();
       } finally {
         await store.close();
       }
-      const json = statsJson(s, config, now);
+      const json = statsJson(s, config, now, catchUp);
       if (options.json === true) printJson(json);
       else process.stdout.write(describe(json));
     });

@@ -8,6 +8,8 @@ import { HEADERS_SET_BY_RECEIVER } from '../effects/http.js';
 import { checkTemplate } from '../template.js';
 import { configSchema, HEADER_NAME, type RawConfig, type RouteConfig, type SourceConfig } from './schema.js';
 import { resolveSecret, type Secret } from './secret.js';
+import { catchUpSenders } from '../catchup/senders.js';
+import type { CatchUpSettings } from '../catchup/types.js';
 
 /** An admin token shorter than this is refused: it is the only thing between the web and replay. */
 export const ADMIN_TOKEN_MIN_LENGTH = 32;
@@ -20,6 +22,8 @@ export interface Config extends Omit<RawConfig, 'sources' | 'metrics' | 'admin'>
   metrics: { enabled: boolean; token: Secret | undefined };
   /** Set when the admin pages are on (and secrets were resolved). */
   admin: { token: Secret } | undefined;
+  /** Sources with `catchUp` set, by source name. */
+  catchUp: ReadonlyMap<string, CatchUpSettings>;
 }
 
 /** Values from flags; they win over the environment, which wins over the file. */
@@ -148,6 +152,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
 
   const problems: string[] = [];
   const sources = new Map<string, ResolvedSource>();
+  const catchUp = new Map<string, CatchUpSettings>();
   for (const [name, options] of Object.entries(raw.sources)) {
     const field = `sources.${name}`;
     const provider = providers.get(options.provider);
@@ -193,8 +198,12 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
       continue;
     }
     for (const p of provider.validate?.(options) ?? []) problems.push(`${field}.${p}`);
+    if (options.catchUp !== undefined) {
+      const settings = catchUpSettings(name, provider.name, options.catchUp, overrides.withoutSecrets === true, env, problems);
+      if (settings !== undefined) catchUp.set(name, settings);
+    }
     // The literal secret references stay behind: only Secret objects (which never print) go on.
-    const { secret: _secret, secrets: _secrets, keys: _keys, ...rest } = options;
+    const { secret: _secret, secrets: _secrets, keys: _keys, catchUp: _catchUp, ...rest } = options;
     sources.set(name, {
       name,
       provider,
@@ -256,5 +265,33 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     sources,
     metrics: { enabled: raw.metrics.enabled, token },
     admin,
+    catchUp,
   };
+}
+
+/** A source's `catchUp`, checked against its sender and with its credential resolved; problems are pushed. */
+function catchUpSettings(name: string, provider: string, c: NonNullable<SourceConfig['catchUp']>, withoutSecrets: boolean, env: NodeJS.ProcessEnv, problems: string[]): CatchUpSettings | undefined {
+  const field = `sources.${name}.catchUp`;
+  const sender = catchUpSenders.get(provider);
+  if (sender === undefined) {
+    problems.push(`${field}: provider "${provider}" has no API that recovers missed deliveries (catch-up works with ${[...catchUpSenders.keys()].join(', ')}; see the README's "Catch up after downtime")`);
+    return undefined;
+  }
+  const found = problems.length;
+  const other = sender.credentialField === 'apiKey' ? 'token' : 'apiKey';
+  if (c[other] !== undefined) problems.push(`${field}.${other}: ${sender.title} takes its credential in "${sender.credentialField}"`);
+  const ref = c[sender.credentialField];
+  if (ref === undefined) problems.push(`${field}.${sender.credentialField}: ${sender.title} catch-up needs an API credential with ${sender.permissions} (env:NAME or file:PATH)`);
+  for (const p of sender.validate(c)) problems.push(`${field}.${p}`);
+  let credential: Secret | undefined;
+  if (ref !== undefined && !withoutSecrets) {
+    try {
+      credential = resolveSecret(ref, `${field}.${sender.credentialField}`, env);
+    } catch (e) {
+      if (!(e instanceof ReceiverError)) throw e;
+      problems.push(e.message);
+    }
+  }
+  if (problems.length > found) return undefined;
+  return { source: name, sender, credential, apiBase: c.apiBase ?? sender.defaultApiBase, everyMinutes: c.everyMinutes, maxRequests: c.maxRequests, hook: c.hook, notificationSettingId: c.notificationSettingId };
 }

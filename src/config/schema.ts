@@ -37,6 +37,24 @@ export const sourceSchema = z.strictObject({
   secretEncoding: z.enum(['base64', 'utf8']).optional(),
   /** Twilio signs the public URL it called; behind a proxy that is not the URL we see. */
   publicUrl: httpUrl().optional(),
+  /** Recover deliveries the sender gave up on, through its API (src/catchup/). */
+  catchUp: z
+    .strictObject({
+      /** The API credential (Stripe, Paddle), a secret reference. */
+      apiKey: secretRef.optional(),
+      /** The API credential (GitHub, GitLab), a secret reference. */
+      token: secretRef.optional(),
+      /** GitHub: repos/<owner>/<repo>/hooks/<id> or orgs/<org>/hooks/<id>; GitLab: projects/<id>/hooks/<hook_id>. */
+      hook: z.string().min(1).optional(),
+      /** Paddle: the ntfset_... destination whose failed notifications to replay. */
+      notificationSettingId: z.string().min(1).optional(),
+      /** Default: the sender's public API. GitHub Enterprise, self-managed GitLab, tests. */
+      apiBase: httpUrl().optional(),
+      everyMinutes: z.number().positive().default(15),
+      /** Requests to the sender's API per run, at most. */
+      maxRequests: z.number().int().positive().default(100),
+    })
+    .optional(),
 });
 
 const effectSchema = z

@@ -20,17 +20,19 @@ export interface ExecRequest {
  * The environment an exec effect inherits. Operators keep tool credentials (deploy keys,
  * API tokens) in the service's environment, so the parent's environment is passed on,
  * minus what belongs to the receiver itself: every variable whose value is one of the
- * receiver's resolved secrets (webhook signing secrets, the metrics token), and every
+ * receiver's resolved secrets (webhook signing secrets, the metrics token, catch-up's API
+ * credentials), and every
  * `RECEIVER_*` variable (RECEIVER_DB may be a postgres:// URL with a password). The
  * documented RECEIVER_* event variables are then set per run.
  */
-export function effectEnvironment(config: Pick<Config, 'sources' | 'metrics'>, parent: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+export function effectEnvironment(config: Pick<Config, 'sources' | 'metrics'> & Partial<Pick<Config, 'catchUp'>>, parent: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
   const secrets = new Set<string>();
   for (const s of config.sources.values()) {
     for (const x of s.secrets) secrets.add(x.reveal());
     for (const x of s.keys.values()) secrets.add(x.reveal());
   }
   if (config.metrics.token !== undefined) secrets.add(config.metrics.token.reveal());
+  for (const c of config.catchUp?.values() ?? []) if (c.credential !== undefined) secrets.add(c.credential.reveal());
   const env: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(parent)) {
     if (value === undefined || name.startsWith('RECEIVER_') || secrets.has(value)) continue;

@@ -70,7 +70,30 @@ export interface MetricsOptions {
   queue?: () => Promise<QueueSnapshot> | QueueSnapshot;
   /** Node process metrics (memory, CPU, event loop lag). Off in tests that make many apps. */
   processMetrics?: boolean;
+  /** Sources with catchUp configured: their receiver_catch_up_* series start at 0. */
+  catchUpSources?: Iterable<string>;
 }
+
+/** One catch-up run, as src/catchup/run.ts reports it (its CatchUpResult). */
+export interface CatchUpObservation {
+  source: string;
+  listed: number;
+  alreadyStored: number;
+  storedNow: number;
+  redeliveryAsked: number;
+  failed: number;
+  requests: number;
+  error: string | null;
+}
+
+/** receiver_catch_up_events_total's outcome label, by CatchUpObservation field. */
+const CATCH_UP_OUTCOMES = [
+  ['listed', 'listed'],
+  ['alreadyStored', 'already_stored'],
+  ['storedNow', 'stored'],
+  ['redeliveryAsked', 'redelivery_asked'],
+  ['failed', 'failed'],
+] as const;
 
 export class ReceiverMetrics {
   readonly registry = new Registry();
@@ -80,8 +103,12 @@ export class ReceiverMetrics {
   readonly #attempts: Counter<'route' | 'outcome'>;
   readonly #effectSeconds: Histogram<'route'>;
   readonly #settled: Counter<'status'>;
+  readonly #catchUpRuns: Counter<'source' | 'result'>;
+  readonly #catchUpEvents: Counter<'source' | 'outcome'>;
+  readonly #catchUpRequests: Counter<'source'>;
+  readonly #catchUpLastOk: Gauge<'source'>;
 
-  constructor({ sources = [], routes = [], queue, processMetrics = false }: MetricsOptions = {}) {
+  constructor({ sources = [], routes = [], queue, processMetrics = false, catchUpSources = [] }: MetricsOptions = {}) {
     const registers = [this.registry];
     this.#sources = new Set(sources);
     this.#deliveries = new Counter({
@@ -119,6 +146,31 @@ export class ReceiverMetrics {
     // Every series exists from the start, so an alert on lost or interrupted claims, or on
     // busy or stale attempts, sees 0 rather than no data.
     for (const status of ['done', 'retry', 'dead', 'lost', 'interrupted']) this.#settled.labels(status).inc(0);
+    this.#catchUpRuns = new Counter({
+      name: 'receiver_catch_up_runs_total',
+      help: "Catch-up runs against a sender's API, by source and result (ok, error)",
+      labelNames: ['source', 'result'],
+      registers,
+    });
+    this.#catchUpEvents = new Counter({
+      name: 'receiver_catch_up_events_total',
+      help: 'Events seen by catch-up runs, by source and outcome (listed, already_stored, stored, redelivery_asked, failed)',
+      labelNames: ['source', 'outcome'],
+      registers,
+    });
+    this.#catchUpRequests = new Counter({ name: 'receiver_catch_up_requests_total', help: "Requests catch-up made to a sender's API, by source", labelNames: ['source'], registers });
+    this.#catchUpLastOk = new Gauge({
+      name: 'receiver_catch_up_last_success_timestamp_seconds',
+      help: 'When the last successful catch-up run of a source ended (0: none since start); alert when it falls behind',
+      labelNames: ['source'],
+      registers,
+    });
+    for (const source of catchUpSources) {
+      for (const result of ['ok', 'error']) this.#catchUpRuns.labels(source, result).inc(0);
+      for (const [, outcome] of CATCH_UP_OUTCOMES) this.#catchUpEvents.labels(source, outcome).inc(0);
+      this.#catchUpRequests.labels(source).inc(0);
+      this.#catchUpLastOk.labels(source).set(0);
+    }
     for (const source of this.#sources) {
       for (const outcome of DELIVERY_OUTCOMES) this.#deliveries.labels(source, outcome).inc(0);
     }
@@ -177,6 +229,14 @@ export class ReceiverMetrics {
   /** The drain's onEvent hook. */
   observeEvent(e: EventObservation): void {
     this.#settled.labels(e.status).inc();
+  }
+
+  /** serve's catch-up runs (src/catchup/schedule.ts). */
+  observeCatchUp(r: CatchUpObservation, now = Date.now()): void {
+    this.#catchUpRuns.labels(r.source, r.error === null ? 'ok' : 'error').inc();
+    for (const [field, outcome] of CATCH_UP_OUTCOMES) this.#catchUpEvents.labels(r.source, outcome).inc(r[field]);
+    this.#catchUpRequests.labels(r.source).inc(r.requests);
+    if (r.error === null) this.#catchUpLastOk.labels(r.source).set(now / 1000);
   }
 
   text(): Promise<string> {

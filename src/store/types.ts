@@ -1,5 +1,6 @@
 import type { DrainStore } from './drain-types.js';
 import type { OpsStore } from './ops-types.js';
+import type { CatchUpStore } from './catch-up-types.js';
 
 /**
  * Glossary (store)
@@ -59,7 +60,7 @@ export interface IngestStore {
   ingest(event: NewEvent): Promise<IngestResult>;
 }
 
-export interface Store extends IngestStore, DrainStore, OpsStore {
+export interface Store extends IngestStore, DrainStore, OpsStore, CatchUpStore {
   readonly backend: 'sqlite' | 'postgres';
   /**
    * Resolves when an insert could commit now (GET /healthz), waiting no longer than an

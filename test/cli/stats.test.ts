@@ -55,6 +55,7 @@ describe('receiver stats', () => {
         { source: 'stripe', configured: true, events: 3, oldestReceivedAt: new Date(now - 10 * HOUR).toISOString(), oldestKeyAgeHours: expect.closeTo(10, 0), retryHorizonHours: 72, keysCoverHorizon: false },
       ],
       effects: { running: 0, done: 1, failed: 0 },
+      catchUp: [],
     });
   });
 

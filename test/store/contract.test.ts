@@ -6,6 +6,7 @@ import { isReceiverError } from '../../src/errors.js';
 import type { EffectDb, EffectStart, Lease } from '../../src/store/drain-types.js';
 import { openStore } from '../../src/store/open.js';
 import { acceptedAnswer, conflictAnswer, type NewEvent, type Store } from '../../src/store/types.js';
+import type { FetchedEvent } from '../../src/store/catch-up-types.js';
 import { tempDir } from '../helpers.js';
 import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
 
@@ -838,6 +839,81 @@ describe.each(backends)('$name store contract', (backend) => {
         { route: 'mail', failures: 1, lastFailedAt: now - 90 },
       ]);
       expect(await store.effectFailuresByRoute(now)).toEqual([]);
+    });
+  });
+
+  describe('catch-up: events fetched from the sender\'s API, and where a source resumes', () => {
+    const fetched = (deliveryId: string, body = `{"id":"${deliveryId}","api":true}`, extra: Partial<FetchedEvent> = {}): FetchedEvent => ({
+      source: 'shop',
+      deliveryId,
+      eventType: 'order.paid',
+      body: Buffer.from(body),
+      bodySha256: createHash('sha256').update(body).digest('hex'),
+      receivedAt: T0,
+      successStatus: 202,
+      routed: true,
+      ...extra,
+    });
+
+    it('stores a fetched event once, pending for the drain; a second store of the id changes nothing', async () => {
+      const first = await store.storeFetched(fetched('evt_1'));
+      expect(first.stored).toBe(true);
+      const again = await store.storeFetched(fetched('evt_1', '{"other":1}'));
+      expect(again).toEqual({ stored: false, eventId: first.eventId });
+      expect(await o.rows(`SELECT delivery_id, origin, status, duplicates FROM events`)).toEqual([{ delivery_id: 'evt_1', origin: 'catch-up', status: 'pending', duplicates: 0 }]);
+      expect(await o.rows(`SELECT count(*) AS n FROM conflicts`)).toEqual([{ n: 0 }]);
+      const c = await store.claimEvent('drain-a', T0, LEASE);
+      expect(c?.id).toBe(first.eventId);
+      // An unrouted fetched event is done at once, as ingest stores it.
+      const unrouted = await store.storeFetched(fetched('evt_2', undefined, { routed: false }));
+      expect((await store.getEvent(unrouted.eventId))?.status).toBe('done');
+    });
+
+    it('a signed delivery of a fetched event is a duplicate with the stored answer, even with a different body hash', async () => {
+      const stored = await store.storeFetched(fetched('evt_1', '{"id":"evt_1","pretty":false}'));
+      const late = await store.ingest(event('evt_1', '{\n  "id": "evt_1",\n  "pretty": true\n}'));
+      expect(late).toEqual({ outcome: 'duplicate', eventId: stored.eventId, status: 202, body: acceptedAnswer(stored.eventId) });
+      expect((await store.listEvents({ limit: 10 }))[0]).toMatchObject({ duplicates: 1 });
+      expect(await o.rows(`SELECT count(*) AS n FROM conflicts`)).toEqual([{ n: 0 }]);
+      // A webhook-stored event keeps the rule: a different body is a conflict.
+      await store.ingest(event('w-1', '{"a":1}'));
+      expect((await store.ingest(event('w-1', '{"a":2}'))).outcome).toBe('conflict');
+    });
+
+    it('a fetched event already delivered by webhook is not stored again', async () => {
+      const hook = await store.ingest(event('evt_9'));
+      expect(await store.storeFetched(fetched('evt_9'))).toEqual({ stored: false, eventId: hook.eventId });
+      expect(await store.storedDeliveryIds('shop', ['evt_9', 'evt_x'])).toEqual(new Set(['evt_9']));
+      expect(await store.storedDeliveryIds('other', ['evt_9'])).toEqual(new Set());
+      expect(await o.rows(`SELECT origin FROM events`)).toEqual([{ origin: 'webhook' }]);
+    });
+
+    it('keeps when catch-up was first configured, and moves the resume point only when told', async () => {
+      expect(await store.catchUpState('shop')).toBeUndefined();
+      const begun = await store.beginCatchUp('shop', T0);
+      expect(begun).toEqual({ source: 'shop', configuredAt: T0, resumeAt: null, partial: null, lastRunAt: null, lastOkAt: null, lastError: null, lastCounts: null });
+      expect((await store.beginCatchUp('shop', T0 + DAY)).configuredAt).toBe(T0);
+      const counts = { listed: 3, alreadyStored: 1, storedNow: 2, redeliveryAsked: 0, failed: 0 };
+      await store.recordCatchUp('shop', { at: T0 + SEC, resumeAt: T0 + 500, error: null, counts });
+      await store.recordCatchUp('shop', { at: T0 + 2 * SEC, error: 'stripe answered 500', counts: { ...counts, failed: 1 } });
+      expect(await store.catchUpState('shop')).toEqual({
+        source: 'shop',
+        configuredAt: T0,
+        resumeAt: T0 + 500,
+        partial: null,
+        lastRunAt: T0 + 2 * SEC,
+        lastOkAt: T0 + SEC,
+        lastError: 'stripe answered 500',
+        lastCounts: { ...counts, failed: 1 },
+      });
+      // The older part a run stopped short of: kept until a run says otherwise, then cleared.
+      await store.recordCatchUp('shop', { at: T0 + 3 * SEC, error: 'stopped', counts, partial: { until: T0 - DAY, end: T0 + 400 } });
+      await store.recordCatchUp('shop', { at: T0 + 4 * SEC, error: 'down', counts });
+      expect((await store.catchUpState('shop'))?.partial).toEqual({ until: T0 - DAY, end: T0 + 400 });
+      await store.recordCatchUp('shop', { at: T0 + 5 * SEC, resumeAt: T0 + 400, partial: null, error: null, counts });
+      expect(await store.catchUpState('shop')).toMatchObject({ partial: null, resumeAt: T0 + 400, lastOkAt: T0 + 5 * SEC });
+      await store.beginCatchUp('github', T0);
+      expect((await store.catchUpStates()).map((s) => s.source)).toEqual(['github', 'shop']);
     });
   });
 });

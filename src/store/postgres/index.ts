@@ -9,6 +9,8 @@ import { closedError } from './errors.js';
 import { ingestBatch } from './ingest.js';
 import { openPostgres } from './open.js';
 import * as ops from './ops.js';
+import * as catchUp from './catch-up.js';
+import type { CatchUpRunRecord, FetchedEvent } from '../catch-up-types.js';
 
 /**
  * The PostgreSQL store: several receivers on several machines share one database.
@@ -148,5 +150,25 @@ export class PostgresStore implements Store {
   }
   queueStats() {
     return ops.queueStats(this.#conn);
+  }
+
+  // CatchUpStore: see ./catch-up.ts.
+  storedDeliveryIds(source: string, deliveryIds: readonly string[]) {
+    return catchUp.storedDeliveryIds(this.#conn, source, deliveryIds);
+  }
+  storeFetched(event: FetchedEvent) {
+    return catchUp.storeFetched(this.#conn, event);
+  }
+  catchUpState(source: string) {
+    return catchUp.catchUpState(this.#conn, source);
+  }
+  catchUpStates() {
+    return catchUp.catchUpStates(this.#conn);
+  }
+  beginCatchUp(source: string, now: number) {
+    return catchUp.beginCatchUp(this.#conn, source, now);
+  }
+  recordCatchUp(source: string, run: CatchUpRunRecord) {
+    return catchUp.recordCatchUp(this.#conn, source, run);
   }
 }

@@ -1,5 +1,6 @@
 import { acceptedAnswer, conflictAnswer, type IngestResult, type NewEvent } from '../types.js';
 import type { Conn } from './conn.js';
+import { isSameEvent } from '../catch-up-types.js';
 
 /** Rows and bytes per INSERT statement: bounds one Bind message whatever the batch holds. */
 const CHUNK_ROWS = 200;
@@ -10,6 +11,7 @@ interface ExistingRow {
   source: string;
   delivery_id: string;
   body_sha256: string;
+  origin: string;
   response_status: number;
   response_body: string;
 }
@@ -64,7 +66,7 @@ export async function ingestBatch(conn: Conn, items: readonly NewEvent[]): Promi
 async function answerExisting(conn: Conn, items: readonly NewEvent[], rest: number[], results: (IngestResult | undefined)[]): Promise<void> {
   await conn.transaction('ingest', async (client) => {
     const { rows } = await client.query<ExistingRow>(
-      `SELECT id, source, delivery_id, body_sha256, response_status, response_body FROM events
+      `SELECT id, source, delivery_id, body_sha256, origin, response_status, response_body FROM events
        WHERE (source, delivery_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
        ORDER BY id FOR NO KEY UPDATE`,
       [rest.map((i) => items[i]!.source), rest.map((i) => items[i]!.deliveryId)],
@@ -78,7 +80,7 @@ async function answerExisting(conn: Conn, items: readonly NewEvent[], rest: numb
       // ON CONFLICT skipped it, yet no row: purged in between. The batch fails and
       // GroupCommit retries each item alone, where it is inserted afresh.
       if (row === undefined) throw new Error(`insert of ${e.source}/${e.deliveryId} was skipped as a conflict but no row exists`);
-      if (row.body_sha256 === e.bodySha256) {
+      if (isSameEvent(row, e.bodySha256)) {
         duplicates.set(row.id, (duplicates.get(row.id) ?? 0) + 1);
         results[i] = { outcome: 'duplicate', eventId: row.id, status: row.response_status, body: row.response_body };
       } else {

@@ -112,6 +112,24 @@ DROP INDEX conflicts_event;
 CREATE UNIQUE INDEX conflicts_event_body ON conflicts (event_id, body_sha256);
 `,
   },
+  {
+    version: 3,
+    name: 'catch-up',
+    // As SQLite's version 3: events fetched from the sender's API, and catch-up state per source.
+    sql: `
+ALTER TABLE events ADD COLUMN origin text NOT NULL DEFAULT 'webhook' CHECK (origin IN ('webhook', 'catch-up'));
+CREATE TABLE catch_up (
+  source text PRIMARY KEY,
+  configured_at bigint NOT NULL,
+  resume_at bigint,
+  resume_cursor text,
+  last_run_at bigint,
+  last_ok_at bigint,
+  last_error text,
+  last_counts text
+);
+`,
+  },
 ];
 
 export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

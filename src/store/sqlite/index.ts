@@ -6,6 +6,8 @@ import { ingestOne, ingestStatements } from './ingest.js';
 import * as drain from './drain.js';
 import type { AttemptRecord, EffectDb, EffectFinish, EffectStart, Lease } from '../drain-types.js';
 import * as ops from './ops.js';
+import * as catchUp from './catch-up.js';
+import type { CatchUpRunRecord, FetchedEvent } from '../catch-up-types.js';
 import type { ListEventsQuery, ReplayOptions } from '../ops-types.js';
 import { IngestThread } from './ingest-thread.js';
 import { openSqlite, type Db } from './open.js';
@@ -160,6 +162,26 @@ export class SqliteStore implements Store {
   /** GET /metrics, every scrape: partial indexes only (see ./queue-stats.ts). */
   queueStats() {
     return queueStats(this.db);
+  }
+
+  // CatchUpStore: see ./catch-up.ts.
+  storedDeliveryIds(source: string, deliveryIds: readonly string[]) {
+    return catchUp.storedDeliveryIds(this.db, source, deliveryIds);
+  }
+  storeFetched(event: FetchedEvent) {
+    return catchUp.storeFetched(this.db, this.#options.busyTimeoutMs, event);
+  }
+  catchUpState(source: string) {
+    return catchUp.catchUpState(this.db, source);
+  }
+  catchUpStates() {
+    return catchUp.catchUpStates(this.db);
+  }
+  beginCatchUp(source: string, now: number) {
+    return catchUp.beginCatchUp(this.db, this.#options.busyTimeoutMs, source, now);
+  }
+  recordCatchUp(source: string, run: CatchUpRunRecord) {
+    return catchUp.recordCatchUp(this.db, this.#options.busyTimeoutMs, source, run);
   }
 
   // DrainStore (claims, leases, the effect ledger): see ./drain.ts.

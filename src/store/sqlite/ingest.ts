@@ -1,10 +1,12 @@
 import type { Statement } from 'better-sqlite3';
 import { acceptedAnswer, conflictAnswer, type IngestResult, type NewEvent } from '../types.js';
 import type { Db } from './open.js';
+import { isSameEvent } from '../catch-up-types.js';
 
 interface ExistingRow {
   id: number;
   body_sha256: string;
+  origin: string;
   response_status: number;
   response_body: string;
 }
@@ -19,7 +21,7 @@ export function ingestStatements(db: Db) {
       (source, delivery_id, event_type, status, received_at, headers, body, body_sha256, extra_ids, response_status, next_attempt_at, finished_at)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
     setAnswer: db.prepare(`UPDATE events SET response_body = ? WHERE id = ?`),
-    existing: db.prepare(`SELECT id, body_sha256, response_status, response_body FROM events WHERE source = ? AND delivery_id = ?`),
+    existing: db.prepare(`SELECT id, body_sha256, origin, response_status, response_body FROM events WHERE source = ? AND delivery_id = ?`),
     countDuplicate: db.prepare(`UPDATE events SET duplicates = duplicates + 1 WHERE id = ?`),
     // One row per differing body of an event: a repeat of it is counted, its body not stored again.
     recordConflict: db.prepare(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -45,7 +47,7 @@ export function ingestOne(s: IngestStatements, e: NewEvent): IngestResult {
   // Ignored: the row exists (read after the write, inside the same transaction).
   const row = s.existing.get(e.source, e.deliveryId) as ExistingRow | undefined;
   if (row === undefined) throw new Error(`insert of ${e.source}/${e.deliveryId} was ignored but no row exists`);
-  if (row.body_sha256 === e.bodySha256) {
+  if (isSameEvent(row, e.bodySha256)) {
     s.countDuplicate.run(row.id);
     return { outcome: 'duplicate', eventId: row.id, status: row.response_status, body: row.response_body };
   }

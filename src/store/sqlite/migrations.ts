@@ -104,6 +104,29 @@ DROP INDEX conflicts_event;
 CREATE UNIQUE INDEX conflicts_event_body ON conflicts (event_id, body_sha256);
 `,
   },
+  {
+    version: 3,
+    name: 'catch-up',
+    // origin: 'webhook' (a delivery that came in through POST /webhooks/:source) or
+    // 'catch-up' (fetched from the sender's API by `receiver catch-up`, not signed). A later
+    // signed delivery of a fetched event is a duplicate whatever its body hash (the API's
+    // JSON need not be byte-identical to the webhook body). catch_up: one row per source,
+    // when catch-up was first configured and where the next run resumes (resume_cursor:
+    // the older part a run stopped short of, JSON, see src/store/catch-up-types.ts).
+    sql: `
+ALTER TABLE events ADD COLUMN origin TEXT NOT NULL DEFAULT 'webhook' CHECK (origin IN ('webhook', 'catch-up'));
+CREATE TABLE catch_up (
+  source TEXT PRIMARY KEY,
+  configured_at INTEGER NOT NULL,
+  resume_at INTEGER,
+  resume_cursor TEXT,
+  last_run_at INTEGER,
+  last_ok_at INTEGER,
+  last_error TEXT,
+  last_counts TEXT
+);
+`,
+  },
 ];
 
 export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

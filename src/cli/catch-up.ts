@@ -1,0 +1,112 @@
+import type { Command } from 'commander';
+import type { Config } from '../config/load.js';
+import { runCatchUp, type CatchUpProgress, type CatchUpResult } from '../catchup/run.js';
+import { ReceiverError } from '../errors.js';
+import { addCommonOptions, configFrom, openStoreFor, printable, printJson, type CommonOptions } from './common.js';
+
+interface CatchUpOptions extends CommonOptions {
+  since?: string;
+  dryRun?: boolean;
+  json?: boolean;
+}
+
+const UNITS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** `--since 24h` (s, m, h, d) or an ISO 8601 time: the start, in ms. */
+export function parseSince(text: string, now: number): number {
+  const m = /^(\d+)([smhd])$/.exec(text.trim());
+  if (m !== null) return now - Number(m[1]) * UNITS[m[2]!]!;
+  const at = /^\d{4}-\d{2}-\d{2}/.test(text) ? Date.parse(text) : Number.NaN;
+  if (Number.isNaN(at)) throw new ReceiverError('usage', `--since must be a duration (30m, 24h, 7d) or a time (2026-05-01T00:00:00Z), not "${printable(text)}"`);
+  return at;
+}
+
+export function registerCatchUp(program: Command): void {
+  addCommonOptions(program.command('catch-up'))
+    .description("recover deliveries a sender gave up on, through the sender's API (sources with \"catchUp\")")
+    .argument('[source...]', 'sources to catch up (default: every source with "catchUp")')
+    .option('--since <when>', 'start here (24h, 7d, or a time) instead of where the last run stopped; may reach before catch-up was configured')
+    .option('--dry-run', 'list and count what would be recovered; change nothing, here or at the sender')
+    .option('--json', 'print one JSON document')
+    .action(async (names: string[], options: CatchUpOptions) => {
+      const config = configFrom(options);
+      const chosen = chooseSources(config, names);
+      const now = Date.now();
+      const since = options.since === undefined ? undefined : parseSince(options.since, now);
+      const store = await openStoreFor(config);
+      const progress = process.stderr.isTTY === true && options.json !== true ? progressLine : undefined;
+      const results: CatchUpResult[] = [];
+      try {
+        for (const name of chosen) {
+          results.push(
+            await runCatchUp({
+              settings: config.catchUp.get(name)!,
+              source: config.sources.get(name)!,
+              store,
+              routes: config.routes,
+              now,
+              since,
+              dryRun: options.dryRun === true,
+              ...(progress === undefined ? {} : { onProgress: progress }),
+            }),
+          );
+          if (progress !== undefined) process.stderr.write('\r\x1b[K');
+        }
+      } finally {
+        await store.close();
+      }
+      if (options.json === true) printJson({ dryRun: options.dryRun === true, sources: results.map(jsonOf) });
+      else process.stdout.write(describe(results, options.dryRun === true));
+      if (results.some((r) => r.error !== null)) process.exitCode = 1;
+    });
+}
+
+function chooseSources(config: Config, names: string[]): string[] {
+  if (config.catchUp.size === 0) throw new ReceiverError('config', `${config.file}: no source has "catchUp" configured`, { hint: 'add "catchUp" to a stripe, github, paddle or gitlab source (README: "Catch up after downtime")' });
+  if (names.length === 0) return [...config.catchUp.keys()];
+  for (const n of names) {
+    if (!config.sources.has(n)) throw new ReceiverError('usage', `no source named "${printable(n)}"`, { hint: `choose from ${[...config.catchUp.keys()].join(', ')}` });
+    if (!config.catchUp.has(n)) throw new ReceiverError('usage', `source "${n}" has no "catchUp" configured`, { hint: `add "catchUp" to sources.${n}, or choose from ${[...config.catchUp.keys()].join(', ')}` });
+  }
+  return [...new Set(names)];
+}
+
+function progressLine(p: CatchUpProgress): void {
+  const what = p.phase === 'listing' ? 'listing' : `${p.listed} listed, ${p.alreadyStored} already stored, ${p.storedNow} stored, ${p.redeliveryAsked} asked, ${p.failed} failed`;
+  process.stderr.write(`\r\x1b[K${p.source}: ${what}`);
+}
+
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+
+function jsonOf(r: CatchUpResult) {
+  return {
+    source: r.source,
+    provider: r.provider,
+    from: iso(r.from),
+    listed: r.listed,
+    alreadyStored: r.alreadyStored,
+    storedNow: r.storedNow,
+    redeliveryAsked: r.redeliveryAsked,
+    failed: r.failed,
+    requests: r.requests,
+    resumeAt: iso(r.resumeAt),
+    error: r.error,
+    ...(r.hint === null ? {} : { hint: r.hint }),
+  };
+}
+
+function describe(results: CatchUpResult[], dryRun: boolean): string {
+  const out: string[] = [];
+  for (const r of results) {
+    const recovered =
+      r.mode === 'store' ? `${dryRun ? 'would store' : 'stored now'} ${r.storedNow}` : `${dryRun ? 'would ask redelivery of' : 'redelivery asked'} ${r.redeliveryAsked}`;
+    out.push(`${r.source} (${r.provider}, from ${iso(r.from)}): listed ${r.listed}, already stored ${r.alreadyStored}, ${recovered}, failed ${r.failed}`);
+    if (r.error !== null) {
+      out.push(`  error: ${printable(r.error)}`);
+      if (r.hint !== null) out.push(`  try: ${r.hint}`);
+    }
+  }
+  if (dryRun) out.push('dry run: nothing was changed, here or at the senders');
+  else if (results.some((r) => r.storedNow > 0)) out.push('stored events are drained by `receiver serve` (a running one picks them up within drain.pollMs)');
+  return `${out.join('\n')}\n`;
+}

@@ -1,6 +1,7 @@
 import type { AttemptRecord, EffectDb, EffectFinish, EffectStart, Lease } from '../drain-types.js';
 import { GroupCommit } from '../group-commit.js';
 import type { OpenStoreOptions } from '../open.js';
+import type { SharedOps } from '../ops-steps.js';
 import type { ListEventsQuery, ReplayOptions } from '../ops-types.js';
 import type { IngestResult, NewEvent, Store } from '../types.js';
 import { Conn } from './conn.js';
@@ -22,10 +23,13 @@ export class PostgresStore implements Store {
   readonly claimsAreLocal = false;
   readonly #conn: Conn;
   readonly #group: GroupCommit<NewEvent, IngestResult>;
+  /** The operator operations both stores share. */
+  readonly #ops: SharedOps;
   #closing = false;
 
   private constructor(conn: Conn) {
     this.#conn = conn;
+    this.#ops = ops.sharedOpsOn(conn);
     this.#group = new GroupCommit((items) => ingestBatch(this.#conn, items));
   }
 
@@ -92,7 +96,7 @@ export class PostgresStore implements Store {
     leaseMs: number,
     options?: { completeOnOk?: boolean },
   ) {
-    return drain.runTransactionalEffect(this.#conn, lease, attempt, start, handler, now, leaseMs, options);
+    return drain.runTransactionalEffect(this.#conn, { lease, attempt, start, handler, now, leaseMs, completeOnOk: options?.completeOnOk === true });
   }
   recordAttempt(record: AttemptRecord) {
     return drain.recordAttempt(this.#conn, record);
@@ -107,36 +111,36 @@ export class PostgresStore implements Store {
     return drain.buryEvent(this.#conn, lease, error, now);
   }
 
-  // OpsStore (purge, replay, events, stats): see ./ops.ts.
+  // OpsStore (purge, replay, events, stats): see ../ops-steps.ts and ./ops.ts.
   countPurgeable(receivedBefore: number) {
-    return ops.countPurgeable(this.#conn, receivedBefore);
+    return this.#ops.countPurgeable(receivedBefore);
   }
   purgeBatch(receivedBefore: number, limit: number) {
     return ops.purgeBatch(this.#conn, receivedBefore, limit);
   }
   countBodiesDroppable(receivedBefore: number) {
-    return ops.countBodiesDroppable(this.#conn, receivedBefore);
+    return this.#ops.countBodiesDroppable(receivedBefore);
   }
   dropBodiesBatch(receivedBefore: number, limit: number) {
     return ops.dropBodiesBatch(this.#conn, receivedBefore, limit);
   }
   findEventId(source: string, deliveryId: string) {
-    return ops.findEventId(this.#conn, source, deliveryId);
+    return this.#ops.findEventId(source, deliveryId);
   }
   replayEvents(eventIds: readonly number[], options: ReplayOptions) {
-    return ops.replayEvents(this.#conn, eventIds, options);
+    return this.#ops.replayEvents(eventIds, options);
   }
   replayDead(options: ReplayOptions) {
-    return ops.replayDead(this.#conn, options);
+    return this.#ops.replayDead(options);
   }
   listEvents(query: ListEventsQuery) {
-    return ops.listEvents(this.#conn, query);
+    return this.#ops.listEvents(query);
   }
   getEvent(eventId: number) {
-    return ops.getEvent(this.#conn, eventId);
+    return this.#ops.getEvent(eventId);
   }
   stats(now: number) {
-    return ops.stats(this.#conn, now);
+    return this.#ops.stats(now);
   }
   queueStats() {
     return ops.queueStats(this.#conn);

@@ -1,11 +1,11 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { GroupCommit } from '../group-commit.js';
 import type { IngestResult, NewEvent, Store } from '../types.js';
-import { isBusy, sqliteError } from './errors.js';
+import { sqliteError, whenUnlocked } from './errors.js';
 import { ingestOne, ingestStatements } from './ingest.js';
 import * as drain from './drain.js';
 import type { AttemptRecord, EffectDb, EffectFinish, EffectStart, Lease } from '../drain-types.js';
 import * as ops from './ops.js';
+import type { SharedOps } from '../ops-steps.js';
 import type { ListEventsQuery, ReplayOptions } from '../ops-types.js';
 import { IngestThread } from './ingest-thread.js';
 import { openSqlite, type Db } from './open.js';
@@ -41,6 +41,8 @@ export class SqliteStore implements Store {
   readonly #path: string;
   readonly #options: SqliteStoreOptions;
   readonly #ingest: ReturnType<typeof ingestStatements>;
+  /** The operator operations both stores share, on the ingest connection. */
+  readonly #ops: SharedOps;
   readonly #group: GroupCommit<NewEvent, IngestResult>;
   readonly #thread: IngestThread | undefined;
   #closed = false;
@@ -54,6 +56,7 @@ export class SqliteStore implements Store {
     this.#options = options;
     this.db = openSqlite(path, { busyTimeoutMs: options.blockingBusyMs ?? options.busyTimeoutMs });
     this.#ingest = ingestStatements(this.db);
+    this.#ops = ops.sharedOpsOn(this.db);
     this.#thread = options.ingestThread === true ? new IngestThread(path, options.busyTimeoutMs) : undefined;
     this.#wal = options.explicitSync === true ? new WalSync(path) : undefined;
     const thread = this.#thread;
@@ -89,14 +92,7 @@ export class SqliteStore implements Store {
    */
   async #commitBatch(items: NewEvent[], deadline: number): Promise<IngestResult[]> {
     const run = this.db.transaction((batch: NewEvent[]) => batch.map((e) => ingestOne(this.#ingest, e)));
-    for (;;) {
-      try {
-        return run.immediate(items);
-      } catch (e) {
-        if (!isBusy(e) || Date.now() >= deadline) throw sqliteError(e, 'ingest');
-        await sleep(Math.min(10, Math.max(1, deadline - Date.now())));
-      }
-    }
+    return whenUnlocked('ingest', deadline, () => run.immediate(items));
   }
 
   /**
@@ -105,49 +101,42 @@ export class SqliteStore implements Store {
    * as an insert does, up to busyTimeoutMs, without blocking the thread.
    */
   async ping(): Promise<void> {
-    const deadline = Date.now() + this.#options.busyTimeoutMs;
-    for (;;) {
-      try {
-        this.db.exec('BEGIN IMMEDIATE');
-        this.db.exec('ROLLBACK');
-        return;
-      } catch (e) {
-        if (!isBusy(e) || Date.now() >= deadline) throw sqliteError(e, 'ping');
-        await sleep(Math.min(10, Math.max(1, deadline - Date.now())));
-      }
-    }
+    await whenUnlocked('ping', Date.now() + this.#options.busyTimeoutMs, () => {
+      this.db.exec('BEGIN IMMEDIATE');
+      this.db.exec('ROLLBACK');
+    });
   }
 
-  // OpsStore (purge, replay, events, stats): see ./ops.ts.
+  // OpsStore (purge, replay, events, stats): see ../ops-steps.ts and ./ops.ts.
   countPurgeable(receivedBefore: number) {
-    return ops.countPurgeable(this.db, receivedBefore);
+    return this.#ops.countPurgeable(receivedBefore);
   }
   purgeBatch(receivedBefore: number, limit: number) {
     return ops.purgeBatch(this.db, receivedBefore, limit);
   }
   countBodiesDroppable(receivedBefore: number) {
-    return ops.countBodiesDroppable(this.db, receivedBefore);
+    return this.#ops.countBodiesDroppable(receivedBefore);
   }
   dropBodiesBatch(receivedBefore: number, limit: number) {
     return ops.dropBodiesBatch(this.db, receivedBefore, limit);
   }
   findEventId(source: string, deliveryId: string) {
-    return ops.findEventId(this.db, source, deliveryId);
+    return this.#ops.findEventId(source, deliveryId);
   }
   replayEvents(eventIds: readonly number[], options: ReplayOptions) {
-    return ops.replayEvents(this.db, eventIds, options);
+    return this.#ops.replayEvents(eventIds, options);
   }
   replayDead(options: ReplayOptions) {
-    return ops.replayDead(this.db, options);
+    return this.#ops.replayDead(options);
   }
   listEvents(query: ListEventsQuery) {
-    return ops.listEvents(this.db, query);
+    return this.#ops.listEvents(query);
   }
   getEvent(eventId: number) {
-    return ops.getEvent(this.db, eventId);
+    return this.#ops.getEvent(eventId);
   }
   stats(now: number) {
-    return ops.stats(this.db, now);
+    return this.#ops.stats(now);
   }
   /** GET /metrics, every scrape: partial indexes only (see ./queue-stats.ts). */
   queueStats() {
@@ -208,7 +197,7 @@ export class SqliteStore implements Store {
     leaseMs: number,
     options?: { completeOnOk?: boolean },
   ) {
-    return drain.runTransactionalEffect(this.#drainConnection, lease, attempt, start, handler, now, leaseMs, options);
+    return drain.runTransactionalEffect(this.#drainConnection, { lease, attempt, start, handler, now, leaseMs, completeOnOk: options?.completeOnOk === true });
   }
   recordAttempt(record: AttemptRecord) {
     return drain.recordAttempt(this.#drainConnection, record);

@@ -1,9 +1,8 @@
 import type { AttemptRecord, EffectDb, EffectFinish, EffectStart, Lease } from '../drain-types.js';
 import { GroupCommit } from '../group-commit.js';
-import type { OpenStoreOptions } from '../open.js';
 import type { SharedOps } from '../ops-steps.js';
 import type { ListEventsQuery, ReplayOptions } from '../ops-types.js';
-import type { IngestResult, NewEvent, Store } from '../types.js';
+import type { IngestResult, NewEvent, OpenStoreOptions, Store } from '../types.js';
 import { Conn } from './conn.js';
 import * as drain from './drain.js';
 import { closedError } from './errors.js';

@@ -1,5 +1,6 @@
 import type { AttemptRecord, EffectDb, EffectDecision, EffectFinish, EffectStart, Lease, LedgerRow, TransactionalOutcome } from './drain-types.js';
 import { decideEffect, newerVersion } from './ledger.js';
+import type { AttemptRow } from './ops-types.js';
 import { toLedger, type LedgerDbRow } from './rows.js';
 import { changes, first, memo, rows, sqlText, type Dialect, type Steps } from './sql.js';
 
@@ -116,18 +117,8 @@ export function* lockEffectKey(d: Dialect, start: EffectStart, waitMs: number): 
   if (d.lockEffectKey !== undefined) yield d.lockEffectKey(start.effectKey, waitMs);
 }
 
-interface NewAttempt {
-  eventId: number;
-  attempt: number;
-  route: string;
-  effectKey: string | null;
-  startedAt: number;
-  finishedAt: number | null;
-  outcome: string;
-  error?: string | null | undefined;
-  output?: string | null;
-  forced?: boolean;
-}
+/** An attempt row to insert: the row without its id, for one event; error, output and forced default to none. */
+type NewAttempt = Omit<AttemptRow, 'id' | 'error' | 'output' | 'forced'> & Partial<Pick<AttemptRow, 'error' | 'output' | 'forced'>> & { eventId: number };
 
 function* insertAttempt(d: Dialect, a: NewAttempt): Steps<number> {
   const params = [a.eventId, a.attempt, a.route, a.effectKey, a.startedAt, a.finishedAt, a.outcome, a.error ?? null, a.output ?? null, a.forced === true ? 1 : 0];

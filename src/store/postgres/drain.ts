@@ -11,6 +11,9 @@ import { dialect, runAlone, runSteps } from './steps.js';
  * database together: claims skip rows another transaction holds (FOR ... SKIP LOCKED), and
  * every decision about one effect key is taken under a transaction-scoped advisory lock on
  * that key, so two processes never both decide to run it. Each process stays serial.
+ * The ledger and settle protocol is ../drain-steps.ts; PostgreSQL's own here: the claim,
+ * the heartbeat and release of a claim batch (arrays, SKIP LOCKED), and a module effect's
+ * transaction on a connection of its own, its statements under savepoints.
  */
 
 // The oldest due events in arrival (id) order: pending and due, or processing under an

@@ -12,6 +12,8 @@ import type { WalSync } from './wal-sync.js';
  * (a module effect holds a transaction across an await; it must not share the ingest
  * connection's group commit). Every write runs in BEGIN IMMEDIATE, retried asynchronously
  * while another process holds the write lock, so the event loop (HTTP ingress) never blocks.
+ * The ledger and settle protocol is ../drain-steps.ts; SQLite's own here: the claim, the
+ * heartbeat's deferral to an open module effect, release, and WAL durability.
  */
 export interface DrainConnection {
   db: Db;

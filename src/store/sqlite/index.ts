@@ -1,12 +1,11 @@
 import { GroupCommit } from '../group-commit.js';
+import { StoreBase } from '../store-base.js';
 import type { IngestResult, NewEvent, Store } from '../types.js';
 import { sqliteError, whenUnlocked } from './errors.js';
 import { ingestOne, ingestStatements } from './ingest.js';
 import * as drain from './drain.js';
-import type { AttemptRecord, EffectDb, EffectFinish, EffectStart, Lease } from '../drain-types.js';
 import * as ops from './ops.js';
 import type { SharedOps } from '../ops-steps.js';
-import type { ListEventsQuery, ReplayOptions } from '../ops-types.js';
 import { IngestThread } from './ingest-thread.js';
 import { openSqlite, type Db } from './open.js';
 import { queueStats } from './queue-stats.js';
@@ -33,7 +32,7 @@ export interface SqliteStoreOptions {
  * The SQLite store. `serve` uses two connections: one for ingest (group commit) and one
  * for the drain, whose module effects hold a transaction across an await.
  */
-export class SqliteStore implements Store {
+export class SqliteStore extends StoreBase<drain.DrainConnection> implements Store {
   readonly backend = 'sqlite';
   /** A SQLite file is used by processes of one machine only (WAL needs shared memory). */
   readonly claimsAreLocal = true;
@@ -42,7 +41,7 @@ export class SqliteStore implements Store {
   readonly #options: SqliteStoreOptions;
   readonly #ingest: ReturnType<typeof ingestStatements>;
   /** The operator operations both stores share, on the ingest connection. */
-  readonly #ops: SharedOps;
+  protected readonly sharedOps: SharedOps;
   readonly #group: GroupCommit<NewEvent, IngestResult>;
   readonly #thread: IngestThread | undefined;
   #closed = false;
@@ -52,11 +51,12 @@ export class SqliteStore implements Store {
   readonly #wal: WalSync | undefined;
 
   constructor(path: string, options: SqliteStoreOptions) {
+    super(drain);
     this.#path = path;
     this.#options = options;
     this.db = openSqlite(path, { busyTimeoutMs: options.blockingBusyMs ?? options.busyTimeoutMs });
     this.#ingest = ingestStatements(this.db);
-    this.#ops = ops.sharedOpsOn(this.db);
+    this.sharedOps = ops.sharedOpsOn(this.db);
     this.#thread = options.ingestThread === true ? new IngestThread(path, options.busyTimeoutMs) : undefined;
     this.#wal = options.explicitSync === true ? new WalSync(path) : undefined;
     const thread = this.#thread;
@@ -107,44 +107,20 @@ export class SqliteStore implements Store {
     });
   }
 
-  // OpsStore (purge, replay, events, stats): see ../ops-steps.ts and ./ops.ts.
-  countPurgeable(receivedBefore: number) {
-    return this.#ops.countPurgeable(receivedBefore);
-  }
+  // OpsStore: purge batches and queue gauges; the rest in ../store-base.ts.
   purgeBatch(receivedBefore: number, limit: number) {
     return ops.purgeBatch(this.db, receivedBefore, limit);
   }
-  countBodiesDroppable(receivedBefore: number) {
-    return this.#ops.countBodiesDroppable(receivedBefore);
-  }
   dropBodiesBatch(receivedBefore: number, limit: number) {
     return ops.dropBodiesBatch(this.db, receivedBefore, limit);
-  }
-  findEventId(source: string, deliveryId: string) {
-    return this.#ops.findEventId(source, deliveryId);
-  }
-  replayEvents(eventIds: readonly number[], options: ReplayOptions) {
-    return this.#ops.replayEvents(eventIds, options);
-  }
-  replayDead(options: ReplayOptions) {
-    return this.#ops.replayDead(options);
-  }
-  listEvents(query: ListEventsQuery) {
-    return this.#ops.listEvents(query);
-  }
-  getEvent(eventId: number) {
-    return this.#ops.getEvent(eventId);
-  }
-  stats(now: number) {
-    return this.#ops.stats(now);
   }
   /** GET /metrics, every scrape: partial indexes only (see ./queue-stats.ts). */
   queueStats() {
     return queueStats(this.db);
   }
 
-  // DrainStore (claims, leases, the effect ledger): see ./drain.ts.
-  get #drainConnection(): drain.DrainConnection {
+  // DrainStore (claims, leases, the effect ledger): see ../store-base.ts and ./drain.ts.
+  protected drainConnection(): drain.DrainConnection {
     if (this.#closed) throw sqliteError(new TypeError('The database connection is not open'), 'drain');
     if (this.#drain === undefined) {
       const db = openSqlite(this.#path, { busyTimeoutMs: this.#options.blockingBusyMs ?? this.#options.busyTimeoutMs });
@@ -157,59 +133,6 @@ export class SqliteStore implements Store {
       this.#drain = { db, busyTimeoutMs: this.#options.busyTimeoutMs, wal: this.#wal };
     }
     return this.#drain;
-  }
-  claimEvents(owner: string, now: number, leaseMs: number, limit: number) {
-    return drain.claimEvents(this.#drainConnection, owner, now, leaseMs, limit);
-  }
-  renewLeases(leases: readonly Lease[], now: number, leaseMs: number) {
-    return drain.renewLeases(this.#drainConnection, leases, now, leaseMs);
-  }
-  releaseEvents(leases: readonly Lease[]) {
-    return drain.releaseEvents(this.#drainConnection, leases);
-  }
-  claimOwners() {
-    return drain.claimOwners(this.#drainConnection);
-  }
-  expireClaims(ownerPrefix: string, now: number) {
-    return drain.expireClaims(this.#drainConnection, ownerPrefix, now);
-  }
-  claimEvent(owner: string, now: number, leaseMs: number) {
-    return drain.claimEvent(this.#drainConnection, owner, now, leaseMs);
-  }
-  nextDueAt() {
-    return drain.nextDueAt(this.#drainConnection);
-  }
-  renewLease(lease: Lease, now: number, leaseMs: number) {
-    return drain.renewLease(this.#drainConnection, lease, now, leaseMs);
-  }
-  beginEffect(lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number) {
-    return drain.beginEffect(this.#drainConnection, lease, attempt, start, now, leaseMs);
-  }
-  finishEffect(finish: EffectFinish, now: number) {
-    return drain.finishEffect(this.#drainConnection, finish, now);
-  }
-  runTransactionalEffect(
-    lease: Lease,
-    attempt: number,
-    start: EffectStart,
-    handler: (db: EffectDb) => Promise<void>,
-    now: () => number,
-    leaseMs: number,
-    options?: { completeOnOk?: boolean },
-  ) {
-    return drain.runTransactionalEffect(this.#drainConnection, { lease, attempt, start, handler, now, leaseMs, completeOnOk: options?.completeOnOk === true });
-  }
-  recordAttempt(record: AttemptRecord) {
-    return drain.recordAttempt(this.#drainConnection, record);
-  }
-  completeEvent(lease: Lease, now: number) {
-    return drain.completeEvent(this.#drainConnection, lease, now);
-  }
-  retryEvent(lease: Lease, error: string, nextAttemptAt: number) {
-    return drain.retryEvent(this.#drainConnection, lease, error, nextAttemptAt);
-  }
-  buryEvent(lease: Lease, error: string, now: number) {
-    return drain.buryEvent(this.#drainConnection, lease, error, now);
   }
 
   async close(): Promise<void> {

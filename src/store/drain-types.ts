@@ -14,7 +14,7 @@
  *   A worker whose lease was taken over changes nothing about the event.
  * - The effect ledger has one row per effect key. Whether an effect runs is decided inside
  *   the same transaction that records it as running, by `decideEffect()` from
- *   src/effects/ledger.ts, so every backend applies one rule.
+ *   ledger.ts, so every backend applies one rule.
  * - External effects (exec, http): `beginEffect` commits the running row and the attempt
  *   row BEFORE the effect acts; a crash mid-effect leaves them visible and causes at most
  *   one repeat (`runs` counts it). Transactional effects (module): `runTransactionalEffect`

@@ -1,20 +1,8 @@
 import { SqliteStore } from './sqlite/index.js';
 import { assertWritable, assertWritableFiles } from './sqlite/open.js';
-import type { Store } from './types.js';
+import type { OpenStoreOptions, Store } from './types.js';
 
-export interface OpenStoreOptions {
-  busyTimeoutMs: number;
-  /**
-   * serve: keep SQLite's own blocking wait short and retry asynchronously, and refuse a
-   * SQLite file this process cannot write (it would answer every delivery 503).
-   */
-  server?: boolean;
-  /**
-   * serve's drain thread: the main thread has checked the file and runs the ingest thread;
-   * this store only drains (no ingest thread of its own), with the same durability.
-   */
-  drainOnly?: boolean;
-}
+export type { OpenStoreOptions } from './types.js';
 
 export function isPostgresUrl(database: string): boolean {
   return /^postgres(ql)?:\/\//.test(database);

@@ -1,9 +1,21 @@
-import type { AttemptRow, ConflictRow, EffectRow, EventStatus, EventSummary } from './ops-types.js';
+import type { ClaimedEvent, LedgerRow } from './drain-types.js';
+import type { AttemptRow, ConflictRow, EffectRow, EventDetail, EventStatus, EventSummary, HourlyDeliveries, RouteFailures } from './ops-types.js';
 
 /**
- * The events row as both stores return it for listings, and its camelCase shape:
- * snake_case is converted here and nowhere else.
+ * Rows as both stores return them, and their camelCase shapes: snake_case is converted
+ * here and nowhere else. Where the drivers differ the type says so: a JSON column is text
+ * on SQLite and parsed jsonb on PostgreSQL; bigint columns arrive as numbers on both (see
+ * the PostgreSQL pool's type parser); a bytea or blob arrives as a Buffer.
  */
+
+/** A JSON object column: text (SQLite) or already parsed (PostgreSQL jsonb). */
+type JsonColumn = string | Record<string, string> | null;
+
+function jsonObject(v: JsonColumn): Record<string, string> | null {
+  return typeof v === 'string' ? (JSON.parse(v) as Record<string, string>) : v;
+}
+
+/** The events row as listings return it. */
 export interface EventSummaryRow {
   id: number;
   source: string;
@@ -113,3 +125,98 @@ export const CONFLICT_COLUMNS = 'id, received_at, body_sha256, repeats, body';
 export function toConflict(c: ConflictDbRow): ConflictRow {
   return { id: c.id, receivedAt: c.received_at, bodySha256: c.body_sha256, repeats: c.repeats, body: c.body };
 }
+
+export interface EventDetailDbRow extends EventSummaryRow {
+  headers: JsonColumn;
+  body: Buffer | null;
+  body_sha256: string;
+  extra_ids: JsonColumn;
+  response_status: number;
+  lease_owner: string | null;
+  lease_expires_at: number | null;
+}
+
+export const DETAIL_COLUMNS = `${SUMMARY_COLUMNS}, headers, body, body_sha256, extra_ids, response_status, lease_owner, lease_expires_at`;
+
+export function toDetail(
+  r: EventDetailDbRow,
+  attempts: readonly AttemptDbRow[],
+  effects: readonly EffectDbRow[],
+  conflicts: readonly ConflictDbRow[],
+): EventDetail {
+  return {
+    ...toSummary(r),
+    headers: jsonObject(r.headers),
+    body: r.body,
+    bodySha256: r.body_sha256,
+    extraIds: jsonObject(r.extra_ids),
+    responseStatus: r.response_status,
+    leaseOwner: r.lease_owner,
+    leaseExpiresAt: r.lease_expires_at,
+    attemptRows: attempts.map(toAttempt),
+    effects: effects.map(toEffect),
+    conflicts: conflicts.map(toConflict),
+  };
+}
+
+/** An event as a claim returns it. */
+export interface ClaimDbRow {
+  id: number;
+  source: string;
+  delivery_id: string;
+  event_type: string;
+  headers: JsonColumn;
+  body: Buffer | null;
+  received_at: number;
+  attempts: number;
+  force_effects: number;
+  lease_owner: string;
+  lease_expires_at: number;
+}
+
+export const CLAIM_COLUMNS = `id, source, delivery_id, event_type, headers, body, received_at, attempts, force_effects, lease_owner, lease_expires_at`;
+
+export function toClaimed(r: ClaimDbRow): ClaimedEvent {
+  return {
+    id: r.id,
+    source: r.source,
+    deliveryId: r.delivery_id,
+    eventType: r.event_type,
+    headers: jsonObject(r.headers) ?? {},
+    body: r.body ?? Buffer.alloc(0),
+    receivedAt: r.received_at,
+    attempt: r.attempts,
+    forceEffects: r.force_effects !== 0,
+    lease: { eventId: r.id, owner: r.lease_owner, expiresAt: r.lease_expires_at },
+  };
+}
+
+/** The ledger row as decideEffect reads it; `held_elsewhere` is 1 or 0 (a CASE, on both databases). */
+export interface LedgerDbRow {
+  status: LedgerRow['status'];
+  event_id: number | null;
+  version: string | null;
+  runs: number;
+  held_elsewhere: number;
+}
+
+export function toLedger(r: LedgerDbRow): LedgerRow {
+  return { status: r.status, eventId: r.event_id, version: r.version, runs: r.runs, heldElsewhere: r.held_elsewhere === 1 };
+}
+
+/** One hour and outcome of the admin overview's chart (bigint sums may arrive as text). */
+export interface HourlyDbRow {
+  hour: number | string;
+  outcome: HourlyDeliveries['outcome'];
+  count: number | string;
+}
+
+export const toHourly = (r: HourlyDbRow): HourlyDeliveries => ({ hour: Number(r.hour), outcome: r.outcome, count: Number(r.count) });
+
+export interface RouteFailuresDbRow {
+  route: string;
+  failures: number | string;
+  last_failed_at: number | string;
+}
+
+export const toRouteFailures = (r: RouteFailuresDbRow): RouteFailures => ({ route: r.route, failures: Number(r.failures), lastFailedAt: Number(r.last_failed_at) });

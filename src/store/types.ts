@@ -71,6 +71,21 @@ export interface Store extends IngestStore, DrainStore, OpsStore, CatchUpStore {
   close(): Promise<void>;
 }
 
+/** How a store is opened (see open.ts): the busy timeout, and what the process opening it is. */
+export interface OpenStoreOptions {
+  busyTimeoutMs: number;
+  /**
+   * serve: keep SQLite's own blocking wait short and retry asynchronously, and refuse a
+   * SQLite file this process cannot write (it would answer every delivery 503).
+   */
+  server?: boolean;
+  /**
+   * serve's drain thread: the main thread has checked the file and runs the ingest thread;
+   * this store only drains (no ingest thread of its own), with the same durability.
+   */
+  drainOnly?: boolean;
+}
+
 export const acceptedAnswer = (eventId: number) => JSON.stringify({ status: 'accepted', id: eventId });
 export const conflictAnswer = (eventId: number, deliveryId: string) =>
   JSON.stringify({ error: 'conflict', message: `delivery id ${deliveryId} was already received with a different body`, id: eventId });

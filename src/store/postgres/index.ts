@@ -1,16 +1,15 @@
-import type { AttemptRecord, EffectDb, EffectFinish, EffectStart, Lease } from '../drain-types.js';
 import { GroupCommit } from '../group-commit.js';
-import type { OpenStoreOptions } from '../open.js';
-import type { ListEventsQuery, ReplayOptions } from '../ops-types.js';
-import type { IngestResult, NewEvent, Store } from '../types.js';
+import { StoreBase } from '../store-base.js';
+import type { SharedOps } from '../ops-steps.js';
+import type { CatchUpStore } from '../catch-up-types.js';
+import { catchUpOn } from './catch-up.js';
+import type { IngestResult, NewEvent, OpenStoreOptions, Store } from '../types.js';
 import { Conn } from './conn.js';
 import * as drain from './drain.js';
 import { closedError } from './errors.js';
 import { ingestBatch } from './ingest.js';
 import { openPostgres } from './open.js';
 import * as ops from './ops.js';
-import * as catchUp from './catch-up.js';
-import type { CatchUpRunRecord, FetchedEvent } from '../catch-up-types.js';
 
 /**
  * The PostgreSQL store: several receivers on several machines share one database.
@@ -18,16 +17,23 @@ import type { CatchUpRunRecord, FetchedEvent } from '../catch-up-types.js';
  * INSERT statement per batch, see ./ingest.ts), the drain one (a module effect holds it across its handler),
  * operator commands and health checks the rest.
  */
-export class PostgresStore implements Store {
+export class PostgresStore extends StoreBase<Conn> implements Store {
   readonly backend = 'postgres';
   /** Receivers on several machines may share the database: a claim owner's process cannot be checked from here. */
   readonly claimsAreLocal = false;
   readonly #conn: Conn;
   readonly #group: GroupCommit<NewEvent, IngestResult>;
+  /** The operator operations both stores share. */
+  protected readonly sharedOps: SharedOps;
+  /** Catch-up's operations (see ./catch-up.ts). */
+  protected readonly catchUp: CatchUpStore;
   #closing = false;
 
   private constructor(conn: Conn) {
+    super(drain);
     this.#conn = conn;
+    this.sharedOps = ops.sharedOpsOn(conn);
+    this.catchUp = catchUpOn(conn);
     this.#group = new GroupCommit((items) => ingestBatch(this.#conn, items));
   }
 
@@ -54,121 +60,19 @@ export class PostgresStore implements Store {
     await this.#conn.end();
   }
 
-  // DrainStore (claims, leases, the effect ledger): see ./drain.ts.
-  claimEvent(owner: string, now: number, leaseMs: number) {
-    return drain.claimEvent(this.#conn, owner, now, leaseMs);
-  }
-  claimEvents(owner: string, now: number, leaseMs: number, limit: number) {
-    return drain.claimEvents(this.#conn, owner, now, leaseMs, limit);
-  }
-  renewLeases(leases: readonly Lease[], now: number, leaseMs: number) {
-    return drain.renewLeases(this.#conn, leases, now, leaseMs);
-  }
-  releaseEvents(leases: readonly Lease[]) {
-    return drain.releaseEvents(this.#conn, leases);
-  }
-  claimOwners() {
-    return drain.claimOwners(this.#conn);
-  }
-  expireClaims(ownerPrefix: string, now: number) {
-    return drain.expireClaims(this.#conn, ownerPrefix, now);
-  }
-  nextDueAt() {
-    return drain.nextDueAt(this.#conn);
-  }
-  renewLease(lease: Lease, now: number, leaseMs: number) {
-    return drain.renewLease(this.#conn, lease, now, leaseMs);
-  }
-  beginEffect(lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number) {
-    return drain.beginEffect(this.#conn, lease, attempt, start, now, leaseMs);
-  }
-  finishEffect(finish: EffectFinish, now: number) {
-    return drain.finishEffect(this.#conn, finish, now);
-  }
-  runTransactionalEffect(
-    lease: Lease,
-    attempt: number,
-    start: EffectStart,
-    handler: (db: EffectDb) => Promise<void>,
-    now: () => number,
-    leaseMs: number,
-    options?: { completeOnOk?: boolean },
-  ) {
-    return drain.runTransactionalEffect(this.#conn, lease, attempt, start, handler, now, leaseMs, options);
-  }
-  recordAttempt(record: AttemptRecord) {
-    return drain.recordAttempt(this.#conn, record);
-  }
-  completeEvent(lease: Lease, now: number) {
-    return drain.completeEvent(this.#conn, lease, now);
-  }
-  retryEvent(lease: Lease, error: string, nextAttemptAt: number) {
-    return drain.retryEvent(this.#conn, lease, error, nextAttemptAt);
-  }
-  buryEvent(lease: Lease, error: string, now: number) {
-    return drain.buryEvent(this.#conn, lease, error, now);
+  // DrainStore (claims, leases, the effect ledger): see ../store-base.ts and ./drain.ts.
+  protected drainConnection(): Conn {
+    return this.#conn;
   }
 
-  // OpsStore (purge, replay, events, stats): see ./ops.ts.
-  countPurgeable(receivedBefore: number) {
-    return ops.countPurgeable(this.#conn, receivedBefore);
-  }
+  // OpsStore: purge batches and queue gauges; the rest in ../store-base.ts.
   purgeBatch(receivedBefore: number, limit: number) {
     return ops.purgeBatch(this.#conn, receivedBefore, limit);
-  }
-  countBodiesDroppable(receivedBefore: number) {
-    return ops.countBodiesDroppable(this.#conn, receivedBefore);
   }
   dropBodiesBatch(receivedBefore: number, limit: number) {
     return ops.dropBodiesBatch(this.#conn, receivedBefore, limit);
   }
-  findEventId(source: string, deliveryId: string) {
-    return ops.findEventId(this.#conn, source, deliveryId);
-  }
-  replayEvents(eventIds: readonly number[], options: ReplayOptions) {
-    return ops.replayEvents(this.#conn, eventIds, options);
-  }
-  replayDead(options: ReplayOptions) {
-    return ops.replayDead(this.#conn, options);
-  }
-  listEvents(query: ListEventsQuery) {
-    return ops.listEvents(this.#conn, query);
-  }
-
-  deliveriesPerHour(since: number) {
-    return ops.deliveriesPerHour(this.#conn, since);
-  }
-
-  effectFailuresByRoute(since: number) {
-    return ops.effectFailuresByRoute(this.#conn, since);
-  }
-  getEvent(eventId: number) {
-    return ops.getEvent(this.#conn, eventId);
-  }
-  stats(now: number) {
-    return ops.stats(this.#conn, now);
-  }
   queueStats() {
     return ops.queueStats(this.#conn);
-  }
-
-  // CatchUpStore: see ./catch-up.ts.
-  storedDeliveryIds(source: string, deliveryIds: readonly string[]) {
-    return catchUp.storedDeliveryIds(this.#conn, source, deliveryIds);
-  }
-  storeFetched(event: FetchedEvent) {
-    return catchUp.storeFetched(this.#conn, event);
-  }
-  catchUpState(source: string) {
-    return catchUp.catchUpState(this.#conn, source);
-  }
-  catchUpStates() {
-    return catchUp.catchUpStates(this.#conn);
-  }
-  beginCatchUp(source: string, now: number) {
-    return catchUp.beginCatchUp(this.#conn, source, now);
-  }
-  recordCatchUp(source: string, run: CatchUpRunRecord) {
-    return catchUp.recordCatchUp(this.#conn, source, run);
   }
 }

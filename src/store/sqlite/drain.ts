@@ -1,19 +1,10 @@
-import type { Statement } from 'better-sqlite3';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { decideEffect, newerVersion } from '../../effects/ledger.js';
-import type {
-  AttemptRecord,
-  ClaimedEvent,
-  EffectDb,
-  EffectDecision,
-  EffectFinish,
-  EffectStart,
-  Lease,
-  LedgerRow,
-  TransactionalOutcome,
-} from '../drain-types.js';
-import { isBusy, sqliteError } from './errors.js';
+import * as steps from '../drain-steps.js';
+import type { Steps } from '../sql.js';
+import type { AttemptRecord, ClaimedEvent, EffectDb, EffectDecision, EffectFinish, EffectStart, Lease, TransactionalOutcome } from '../drain-types.js';
+import { CLAIM_COLUMNS, toClaimed, type ClaimDbRow } from '../rows.js';
+import { sqliteError, whenUnlocked } from './errors.js';
 import type { Db } from './open.js';
+import { dialect, runSteps, stmt } from './steps.js';
 import type { WalSync } from './wal-sync.js';
 
 /**
@@ -21,6 +12,8 @@ import type { WalSync } from './wal-sync.js';
  * (a module effect holds a transaction across an await; it must not share the ingest
  * connection's group commit). Every write runs in BEGIN IMMEDIATE, retried asynchronously
  * while another process holds the write lock, so the event loop (HTTP ingress) never blocks.
+ * The ledger and settle protocol is ../drain-steps.ts; SQLite's own here: the claim, the
+ * heartbeat's deferral to an open module effect, release, and WAL durability.
  */
 export interface DrainConnection {
   db: Db;
@@ -41,55 +34,15 @@ function durableSoon(c: DrainConnection): void {
   c.wal?.syncSoon();
 }
 
-const cache = new WeakMap<Db, Map<string, Statement>>();
-
-function stmt(db: Db, sql: string): Statement {
-  let m = cache.get(db);
-  if (m === undefined) cache.set(db, (m = new Map()));
-  let s = m.get(sql);
-  if (s === undefined) m.set(sql, (s = db.prepare(sql)));
-  return s;
-}
-
 /** Runs `fn` in one IMMEDIATE transaction; SQLITE_BUSY is retried without blocking the thread. */
-async function immediate<T>(c: DrainConnection, what: string, fn: () => T): Promise<T> {
+function immediate<T>(c: DrainConnection, what: string, fn: () => T): Promise<T> {
   const tx = c.db.transaction(fn);
-  const deadline = Date.now() + c.busyTimeoutMs;
-  for (;;) {
-    try {
-      return tx.immediate();
-    } catch (e) {
-      if (!isBusy(e) || Date.now() >= deadline) throw sqliteError(e, what);
-      await sleep(Math.min(10, Math.max(1, deadline - Date.now())));
-    }
-  }
+  return whenUnlocked(what, Date.now() + c.busyTimeoutMs, () => tx.immediate());
 }
 
-async function beginImmediate(c: DrainConnection, what: string): Promise<void> {
-  const deadline = Date.now() + c.busyTimeoutMs;
-  for (;;) {
-    try {
-      c.db.exec('BEGIN IMMEDIATE');
-      return;
-    } catch (e) {
-      if (!isBusy(e) || Date.now() >= deadline) throw sqliteError(e, what);
-      await sleep(Math.min(10, Math.max(1, deadline - Date.now())));
-    }
-  }
-}
-
-interface EventRow {
-  id: number;
-  source: string;
-  delivery_id: string;
-  event_type: string;
-  headers: string | null;
-  body: Buffer | null;
-  received_at: number;
-  attempts: number;
-  force_effects: number;
-  lease_owner: string;
-  lease_expires_at: number;
+/** The shared steps of one operation, in one IMMEDIATE transaction. */
+function write<T>(c: DrainConnection, what: string, operation: () => Steps<T>): Promise<T> {
+  return immediate(c, what, () => runSteps(c.db, operation()));
 }
 
 // The oldest due events in arrival order: pending and due, or processing under an expired
@@ -105,25 +58,10 @@ const CLAIM = `UPDATE events
       SELECT id FROM (SELECT id FROM events INDEXED BY events_leased WHERE status = 'processing' AND lease_expires_at <= ? ORDER BY id LIMIT ?)
     ) ORDER BY id LIMIT ?
   )
-  RETURNING id, source, delivery_id, event_type, headers, body, received_at, attempts, force_effects, lease_owner, lease_expires_at`;
-
-function toClaimed(row: EventRow): ClaimedEvent {
-  return {
-    id: row.id,
-    source: row.source,
-    deliveryId: row.delivery_id,
-    eventType: row.event_type,
-    headers: row.headers === null ? {} : (JSON.parse(row.headers) as Record<string, string>),
-    body: row.body ?? Buffer.alloc(0),
-    receivedAt: row.received_at,
-    attempt: row.attempts,
-    forceEffects: row.force_effects === 1,
-    lease: { eventId: row.id, owner: row.lease_owner, expiresAt: row.lease_expires_at },
-  };
-}
+  RETURNING ${CLAIM_COLUMNS}`;
 
 export async function claimEvents(c: DrainConnection, owner: string, now: number, leaseMs: number, limit: number): Promise<ClaimedEvent[]> {
-  const rows = await immediate(c, 'claim events', () => stmt(c.db, CLAIM).all(owner, now + leaseMs, now, limit, now, limit, limit) as EventRow[]);
+  const rows = await immediate(c, 'claim events', () => stmt(c.db, CLAIM).all(owner, now + leaseMs, now, limit, now, limit, limit) as ClaimDbRow[]);
   if (rows.length > 0) durableSoon(c);
   // RETURNING gives no order: the drain runs them oldest first.
   return rows.map(toClaimed).sort((a, b) => a.id - b.id);
@@ -133,30 +71,21 @@ export async function claimEvent(c: DrainConnection, owner: string, now: number,
   return (await claimEvents(c, owner, now, leaseMs, 1))[0];
 }
 
-const NEXT_DUE = `SELECT min(t) AS t FROM (
-    SELECT min(next_attempt_at) AS t FROM events INDEXED BY events_due WHERE status = 'pending'
-    UNION ALL
-    SELECT min(lease_expires_at) AS t FROM events INDEXED BY events_leased WHERE status = 'processing'
-  )`;
-
-export async function nextDueAt(c: DrainConnection): Promise<number | undefined> {
+/** A read outside any transaction, its errors mapped. */
+function read<T>(c: DrainConnection, what: string, operation: Steps<T>): Promise<T> {
   try {
-    const row = stmt(c.db, NEXT_DUE).get() as { t: number | null };
-    return row.t ?? undefined;
+    return Promise.resolve(runSteps(c.db, operation));
   } catch (e) {
-    throw sqliteError(e, 'next due event');
+    return Promise.reject(sqliteError(e, what));
   }
 }
 
-const HELD = `id = ? AND lease_owner = ? AND status = 'processing'`;
-const RENEW = `UPDATE events SET lease_expires_at = ? WHERE ${HELD}`;
-
-function renewIn(c: DrainConnection, lease: Lease, until: number): boolean {
-  return stmt(c.db, RENEW).run(until, lease.eventId, lease.owner).changes === 1;
+export function nextDueAt(c: DrainConnection): Promise<number | undefined> {
+  return read(c, 'next due event', steps.nextDueAt(dialect));
 }
 
-export async function renewLease(c: DrainConnection, lease: Lease, now: number, leaseMs: number): Promise<boolean> {
-  return immediate(c, 'renew lease', () => renewIn(c, lease, now + leaseMs));
+export function renewLease(c: DrainConnection, lease: Lease, now: number, leaseMs: number): Promise<boolean> {
+  return write(c, 'renew lease', () => steps.renewLease(dialect, lease, now + leaseMs));
 }
 
 // Every claim of one claim batch shares its owner: a module effect's transaction renews them
@@ -181,12 +110,12 @@ export async function renewLeases(c: DrainConnection, leases: readonly Lease[], 
     return;
   }
   await immediate(c, 'renew leases', () => {
-    for (const lease of leases) renewIn(c, lease, now + leaseMs);
+    for (const lease of leases) runSteps(c.db, steps.renewLease(dialect, lease, now + leaseMs));
   });
 }
 
 const RELEASE = `UPDATE events SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = max(attempts - 1, 0)
-  WHERE ${HELD}`;
+  WHERE id = ? AND lease_owner = ? AND status = 'processing'`;
 
 export async function releaseEvents(c: DrainConnection, leases: readonly Lease[]): Promise<void> {
   if (leases.length === 0) return;
@@ -196,95 +125,18 @@ export async function releaseEvents(c: DrainConnection, leases: readonly Lease[]
   durableSoon(c);
 }
 
-const CLAIM_OWNERS = `SELECT DISTINCT lease_owner AS owner FROM events INDEXED BY events_leased WHERE status = 'processing' AND lease_owner IS NOT NULL`;
-
-export async function claimOwners(c: DrainConnection): Promise<string[]> {
-  try {
-    return (stmt(c.db, CLAIM_OWNERS).all() as { owner: string }[]).map((r) => r.owner);
-  } catch (e) {
-    throw sqliteError(e, 'claim owners');
-  }
+export function claimOwners(c: DrainConnection): Promise<string[]> {
+  return read(c, 'claim owners', steps.claimOwners(dialect));
 }
 
-// substr, not LIKE: a host name may hold LIKE's wildcards.
-const EXPIRE_CLAIMS = `UPDATE events SET lease_expires_at = ?
-  WHERE status = 'processing' AND substr(lease_owner, 1, length(?)) = ? AND lease_expires_at > ?`;
-
 export async function expireClaims(c: DrainConnection, ownerPrefix: string, now: number): Promise<number> {
-  const n = await immediate(c, 'expire claims', () => stmt(c.db, EXPIRE_CLAIMS).run(now, ownerPrefix, ownerPrefix, now).changes);
+  const n = await write(c, 'expire claims', () => steps.expireClaims(dialect, ownerPrefix, now));
   durableSoon(c);
   return n;
 }
 
-interface LedgerDbRow {
-  status: LedgerRow['status'];
-  event_id: number | null;
-  version: string | null;
-  runs: number;
-  held_elsewhere: number;
-}
-
-// A running row belongs to someone else only while another event's claim on it is live;
-// otherwise it is a run that crashed or outlived its lease, and may be repeated.
-const LEDGER = `SELECT f.status, f.event_id, f.version, f.runs,
-    (f.status = 'running' AND f.event_id IS NOT NULL AND f.event_id <> ? AND EXISTS (
-      SELECT 1 FROM events v WHERE v.id = f.event_id AND v.status = 'processing' AND v.lease_expires_at > ?)) AS held_elsewhere
-  FROM effects f WHERE f.effect_key = ?`;
-
-function ledgerRow(c: DrainConnection, eventId: number, effectKey: string, now: number): LedgerRow | undefined {
-  const r = stmt(c.db, LEDGER).get(eventId, now, effectKey) as LedgerDbRow | undefined;
-  if (r === undefined) return undefined;
-  return { status: r.status, eventId: r.event_id, version: r.version, runs: r.runs, heldElsewhere: r.held_elsewhere === 1 };
-}
-
-const INSERT_ATTEMPT = `INSERT INTO attempts (event_id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
-
-function insertAttempt(
-  c: DrainConnection,
-  a: { eventId: number; attempt: number; route: string; effectKey: string | null; startedAt: number; finishedAt: number | null; outcome: string; error?: string | null; output?: string | null; forced?: boolean },
-): number {
-  const r = stmt(c.db, INSERT_ATTEMPT).run(a.eventId, a.attempt, a.route, a.effectKey, a.startedAt, a.finishedAt, a.outcome, a.error ?? null, a.output ?? null, a.forced === true ? 1 : 0);
-  return Number(r.lastInsertRowid);
-}
-
-/** Records a decision that runs nothing (skipped, stale, busy) as a finished attempt. */
-function recordNonRun(c: DrainConnection, lease: Lease, attempt: number, start: EffectStart, row: LedgerRow, decision: 'skipped' | 'stale' | 'busy', now: number): EffectDecision {
-  const base = { eventId: lease.eventId, attempt, route: start.route, effectKey: start.effectKey, startedAt: now, finishedAt: now };
-  if (decision === 'stale') {
-    const applied = row.version ?? '';
-    const attemptId = insertAttempt(c, { ...base, outcome: 'stale', error: `version ${start.version ?? ''} is older than the applied version ${applied}` });
-    return { action: 'stale', attemptId, appliedVersion: applied };
-  }
-  if (decision === 'busy') {
-    const heldBy = row.eventId ?? 0;
-    const attemptId = insertAttempt(c, { ...base, outcome: 'busy', error: `effect ${start.effectKey} is running for event ${heldBy}` });
-    return { action: 'busy', attemptId, heldByEventId: heldBy };
-  }
-  const attemptId = insertAttempt(c, { ...base, outcome: 'skipped', error: row.eventId === null ? null : `already done by event ${row.eventId}` });
-  return { action: 'skipped', attemptId };
-}
-
-// Before an external effect acts, this row says it is running: a crash from here on
-// leaves it visible, and the next run counts as a repeat (runs + 1).
-const MARK_RUNNING = `INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, run_token, started_at, forced_runs)
-  VALUES (?, ?, ?, 'running', ?, 1, ?, ?, ?)
-  ON CONFLICT (effect_key) DO UPDATE SET status = 'running', event_id = excluded.event_id, runs = runs + 1,
-    run_token = excluded.run_token, started_at = excluded.started_at, finished_at = NULL,
-    forced_runs = forced_runs + excluded.forced_runs`;
-
 export async function beginEffect(c: DrainConnection, lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number): Promise<EffectDecision> {
-  const decision = await immediate(c, 'begin effect', (): EffectDecision => {
-    if (!renewIn(c, lease, now + leaseMs)) return { action: 'lost' };
-    const row = ledgerRow(c, lease.eventId, start.effectKey, now);
-    const decision = decideEffect(row, start);
-    if (decision !== 'run') return recordNonRun(c, lease, attempt, start, row!, decision, now);
-    const wasDone = row?.status === 'done';
-    const forced = wasDone && start.force;
-    stmt(c.db, MARK_RUNNING).run(start.effectKey, start.route, start.businessKey, lease.eventId, start.runToken, now, forced ? 1 : 0);
-    const attemptId = insertAttempt(c, { eventId: lease.eventId, attempt, route: start.route, effectKey: start.effectKey, startedAt: now, finishedAt: null, outcome: 'running', forced });
-    return { action: 'run', attemptId, runs: (row?.runs ?? 0) + 1, wasDone };
-  });
+  const decision = await write(c, 'begin effect', () => steps.beginEffect(dialect, lease, attempt, start, now, leaseMs));
   // The running mark is on disk before the effect acts: after a power cut too, a repeat is counted.
   if (decision.action === 'run') await syncNow(c, 'begin effect');
   else durableSoon(c);
@@ -299,41 +151,10 @@ async function syncNow(c: DrainConnection, what: string): Promise<void> {
   }
 }
 
-const FINISH_ATTEMPT = `UPDATE attempts SET finished_at = ?, outcome = ?, error = ?, output = ? WHERE id = ?`;
-// Only the run that set the token may close it: a late finish after someone else started
-// a new run of the key must not overwrite that run's row.
-const EFFECT_DONE = `UPDATE effects SET status = 'done', finished_at = ?, last_error = NULL, version = ?
-  WHERE effect_key = ? AND run_token = ? AND status = 'running'`;
-const EFFECT_FAILED = `UPDATE effects SET status = ?, finished_at = ?, last_error = ?
-  WHERE effect_key = ? AND run_token = ? AND status = 'running'`;
-const EFFECT_VERSION = `SELECT version FROM effects WHERE effect_key = ?`;
-
 export async function finishEffect(c: DrainConnection, f: EffectFinish, now: number): Promise<void> {
-  await immediate(c, 'finish effect', () => {
-    stmt(c.db, FINISH_ATTEMPT).run(now, f.outcome, f.error ?? null, f.output ?? null, f.attemptId);
-    if (f.outcome === 'ok') {
-      const current = stmt(c.db, EFFECT_VERSION).get(f.effectKey) as { version: string | null } | undefined;
-      stmt(c.db, EFFECT_DONE).run(now, newerVersion(current?.version ?? null, f.version), f.effectKey, f.runToken);
-    } else {
-      // A forced re-run of a done key that fails leaves it done: it did happen once.
-      stmt(c.db, EFFECT_FAILED).run(f.wasDone ? 'done' : 'failed', now, f.error ?? null, f.effectKey, f.runToken);
-    }
-  });
+  await write(c, 'finish effect', () => steps.finishEffect(dialect, f, now));
   durableSoon(c);
 }
-
-const MARK_DONE_TX = `INSERT INTO effects (effect_key, route, business_key, status, event_id, version, runs, run_token, started_at, finished_at, forced_runs)
-  VALUES (?, ?, ?, 'done', ?, ?, 1, ?, ?, ?, ?)
-  ON CONFLICT (effect_key) DO UPDATE SET status = 'done', event_id = excluded.event_id, version = excluded.version,
-    runs = runs + 1, run_token = excluded.run_token, started_at = excluded.started_at,
-    finished_at = excluded.finished_at, last_error = NULL, forced_runs = forced_runs + excluded.forced_runs`;
-const MARK_FAILED_TX = `INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, started_at, finished_at, last_error)
-  VALUES (?, ?, ?, 'failed', ?, 0, ?, ?, ?)
-  ON CONFLICT (effect_key) DO UPDATE SET
-    -- A done key stays done; a running row is another run's (an external effect's), left to it.
-    status = CASE WHEN status = 'done' THEN 'done' ELSE 'failed' END,
-    finished_at = excluded.finished_at, last_error = excluded.last_error
-  WHERE status <> 'running'`;
 
 const TX_CONTROL = /^\s*(BEGIN|COMMIT|END|ROLLBACK|SAVEPOINT|RELEASE)\b/i;
 
@@ -370,65 +191,44 @@ function rollback(c: DrainConnection): void {
   if (c.db.inTransaction) c.db.exec('ROLLBACK');
 }
 
-export async function runTransactionalEffect(
-  c: DrainConnection,
-  lease: Lease,
-  attempt: number,
-  start: EffectStart,
-  handler: (db: EffectDb) => Promise<void>,
-  now: () => number,
-  leaseMs: number,
-  options: { completeOnOk?: boolean } = {},
-): Promise<TransactionalOutcome> {
-  await beginImmediate(c, 'module effect');
+/** COMMIT of a module effect's transaction, with the renewals a heartbeat left to it. */
+function commit(c: DrainConnection, now: number): void {
+  renewDeferred(c, now);
+  c.db.exec('COMMIT');
+  durableSoon(c);
+}
+
+export async function runTransactionalEffect(c: DrainConnection, m: steps.ModuleEffect): Promise<TransactionalOutcome> {
+  const { lease, attempt, start, now, leaseMs } = m;
+  await whenUnlocked('module effect', Date.now() + c.busyTimeoutMs, () => c.db.exec('BEGIN IMMEDIATE'));
   const startedAt = now();
-  let row: LedgerRow | undefined;
+  let decided: steps.Decided;
   try {
-    if (!renewIn(c, lease, startedAt + leaseMs)) {
+    if (!runSteps(c.db, steps.renewLease(dialect, lease, startedAt + leaseMs))) {
       rollback(c);
       return { action: 'lost' };
     }
-    row = ledgerRow(c, lease.eventId, start.effectKey, startedAt);
-    const decision = decideEffect(row, start);
-    if (decision !== 'run') {
-      const d = recordNonRun(c, lease, attempt, start, row!, decision, startedAt);
-      renewDeferred(c, startedAt);
-      c.db.exec('COMMIT');
-      durableSoon(c);
-      return d as TransactionalOutcome;
+    decided = runSteps(c.db, steps.decide(dialect, lease, attempt, start, startedAt));
+    if (decided.nonRun !== undefined) {
+      commit(c, startedAt);
+      return decided.nonRun;
     }
   } catch (e) {
     rollback(c);
     throw sqliteError(e, 'module effect');
   }
-  const forced = row?.status === 'done' && start.force;
 
   // The write lock is held across this await: the handler's writes and the ledger row
   // below commit together, or not at all.
   const { handle, close } = effectDb(c);
-  let failure: { error: unknown } | undefined;
-  try {
-    await handler(handle);
-  } catch (e) {
-    failure = { error: e };
-  } finally {
-    close();
-  }
+  const failure = await steps.callHandler(m, handle, close);
 
   if (failure === undefined) {
     try {
       const finishedAt = now();
-      stmt(c.db, MARK_DONE_TX).run(
-        start.effectKey, start.route, start.businessKey, lease.eventId, newerVersion(row?.version ?? null, start.version),
-        start.runToken, startedAt, finishedAt, forced ? 1 : 0,
-      );
-      const attemptId = insertAttempt(c, { eventId: lease.eventId, attempt, route: start.route, effectKey: start.effectKey, startedAt, finishedAt, outcome: 'ok', forced });
-      // The event's last effect, nothing failed: done in the same commit (one transaction, not two).
-      const completed = options.completeOnOk === true && stmt(c.db, COMPLETE).run(finishedAt, lease.eventId, lease.owner).changes === 1;
-      renewDeferred(c, finishedAt);
-      c.db.exec('COMMIT');
-      durableSoon(c);
-      return { action: 'ok', attemptId, runs: (row?.runs ?? 0) + 1, completed };
+      const ok = runSteps(c.db, steps.moduleDone(dialect, { lease, attempt, start, row: decided.row, startedAt, finishedAt }, m.completeOnOk));
+      commit(c, finishedAt);
+      return ok;
     } catch (e) {
       // Nothing committed: the handler's writes are gone with the ledger row, and the
       // event stays claimed until its lease expires and it is retried.
@@ -441,46 +241,34 @@ export async function runTransactionalEffect(
   rollback(c);
   const error = message(failure.error);
   const finishedAt = now();
-  const attemptId = await immediate(c, 'record module failure', () => {
+  const failed = await immediate(c, 'record module failure', () => {
     renewDeferred(c, finishedAt);
-    stmt(c.db, MARK_FAILED_TX).run(start.effectKey, start.route, start.businessKey, lease.eventId, startedAt, finishedAt, error);
-    return insertAttempt(c, { eventId: lease.eventId, attempt, route: start.route, effectKey: start.effectKey, startedAt, finishedAt, outcome: 'failed', error, forced });
+    return runSteps(c.db, steps.moduleFailed(dialect, { lease, attempt, start, row: decided.row, startedAt, finishedAt }, error));
   });
   durableSoon(c);
-  return { action: 'failed', attemptId, runs: row?.runs ?? 0, error };
+  return failed;
 }
 
 export async function recordAttempt(c: DrainConnection, r: AttemptRecord): Promise<void> {
-  await immediate(c, 'record attempt', () =>
-    insertAttempt(c, { eventId: r.eventId, attempt: r.attempt, route: r.route, effectKey: r.effectKey ?? null, startedAt: r.startedAt, finishedAt: r.finishedAt, outcome: r.outcome, error: r.error }),
-  );
+  await write(c, 'record attempt', () => steps.recordAttempt(dialect, r));
   durableSoon(c);
 }
 
-// Each outcome applies only while the caller still holds the lease: a drain whose claim
-// was taken over (its lease expired, another drain reclaimed) changes nothing.
-const COMPLETE = `UPDATE events SET status = 'done', finished_at = ?, lease_owner = NULL, lease_expires_at = NULL,
-  last_error = NULL, force_effects = 0 WHERE ${HELD}`;
-const RETRY = `UPDATE events SET status = 'pending', next_attempt_at = ?, last_error = ?, lease_owner = NULL,
-  lease_expires_at = NULL WHERE ${HELD}`;
-const BURY = `UPDATE events SET status = 'dead', finished_at = ?, last_error = ?, lease_owner = NULL,
-  lease_expires_at = NULL WHERE ${HELD}`;
-
 /** One settle statement, guarded by the lease; true when it applied. */
-async function settle(c: DrainConnection, what: string, sql: string, params: readonly unknown[]): Promise<boolean> {
-  const held = await immediate(c, what, () => stmt(c.db, sql).run(...params).changes === 1);
+async function settle(c: DrainConnection, what: string, operation: () => Steps<boolean>): Promise<boolean> {
+  const held = await write(c, what, operation);
   durableSoon(c);
   return held;
 }
 
 export function completeEvent(c: DrainConnection, lease: Lease, now: number): Promise<boolean> {
-  return settle(c, 'complete event', COMPLETE, [now, lease.eventId, lease.owner]);
+  return settle(c, 'complete event', () => steps.completeEvent(dialect, lease, now));
 }
 
 export function retryEvent(c: DrainConnection, lease: Lease, error: string, nextAttemptAt: number): Promise<boolean> {
-  return settle(c, 'retry event', RETRY, [nextAttemptAt, error, lease.eventId, lease.owner]);
+  return settle(c, 'retry event', () => steps.retryEvent(dialect, lease, error, nextAttemptAt));
 }
 
 export function buryEvent(c: DrainConnection, lease: Lease, error: string, now: number): Promise<boolean> {
-  return settle(c, 'bury event', BURY, [now, error, lease.eventId, lease.owner]);
+  return settle(c, 'bury event', () => steps.buryEvent(dialect, lease, error, now));
 }

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { ReceiverError, unavailableError } from '../../errors.js';
 
 /** SQLite result codes that mean "try again later", answered 503 with Retry-After. */
@@ -16,4 +17,20 @@ export function sqliteError(e: unknown, what: string): ReceiverError {
     return unavailableError(`${what}: database unavailable (${code || (e as Error).message})`, e);
   }
   return new ReceiverError('runtime', `${what}: ${(e as Error).message}`, { cause: e });
+}
+
+/**
+ * Calls `attempt` (which takes the write lock) until it is not refused with SQLITE_BUSY,
+ * sleeping between tries so the thread (HTTP ingress) never blocks; past `deadline` (or
+ * on any other error) fails as a ReceiverError naming `what`.
+ */
+export async function whenUnlocked<T>(what: string, deadline: number, attempt: () => T): Promise<T> {
+  for (;;) {
+    try {
+      return attempt();
+    } catch (e) {
+      if (!isBusy(e) || Date.now() >= deadline) throw sqliteError(e, what);
+      await sleep(Math.min(10, Math.max(1, deadline - Date.now())));
+    }
+  }
 }

@@ -1,14 +1,13 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { GroupCommit } from '../group-commit.js';
+import { StoreBase } from '../store-base.js';
 import type { IngestResult, NewEvent, Store } from '../types.js';
-import { isBusy, sqliteError } from './errors.js';
+import { sqliteError, whenUnlocked } from './errors.js';
 import { ingestOne, ingestStatements } from './ingest.js';
 import * as drain from './drain.js';
-import type { AttemptRecord, EffectDb, EffectFinish, EffectStart, Lease } from '../drain-types.js';
 import * as ops from './ops.js';
-import * as catchUp from './catch-up.js';
-import type { CatchUpRunRecord, FetchedEvent } from '../catch-up-types.js';
-import type { ListEventsQuery, ReplayOptions } from '../ops-types.js';
+import type { SharedOps } from '../ops-steps.js';
+import type { CatchUpStore } from '../catch-up-types.js';
+import { catchUpOn } from './catch-up.js';
 import { IngestThread } from './ingest-thread.js';
 import { openSqlite, type Db } from './open.js';
 import { queueStats } from './queue-stats.js';
@@ -35,7 +34,7 @@ export interface SqliteStoreOptions {
  * The SQLite store. `serve` uses two connections: one for ingest (group commit) and one
  * for the drain, whose module effects hold a transaction across an await.
  */
-export class SqliteStore implements Store {
+export class SqliteStore extends StoreBase<drain.DrainConnection> implements Store {
   readonly backend = 'sqlite';
   /** A SQLite file is used by processes of one machine only (WAL needs shared memory). */
   readonly claimsAreLocal = true;
@@ -43,6 +42,10 @@ export class SqliteStore implements Store {
   readonly #path: string;
   readonly #options: SqliteStoreOptions;
   readonly #ingest: ReturnType<typeof ingestStatements>;
+  /** The operator operations both stores share, on the ingest connection. */
+  protected readonly sharedOps: SharedOps;
+  /** Catch-up's operations, on the ingest connection (see ./catch-up.ts). */
+  protected readonly catchUp: CatchUpStore;
   readonly #group: GroupCommit<NewEvent, IngestResult>;
   readonly #thread: IngestThread | undefined;
   #closed = false;
@@ -52,10 +55,13 @@ export class SqliteStore implements Store {
   readonly #wal: WalSync | undefined;
 
   constructor(path: string, options: SqliteStoreOptions) {
+    super(drain);
     this.#path = path;
     this.#options = options;
     this.db = openSqlite(path, { busyTimeoutMs: options.blockingBusyMs ?? options.busyTimeoutMs });
     this.#ingest = ingestStatements(this.db);
+    this.sharedOps = ops.sharedOpsOn(this.db);
+    this.catchUp = catchUpOn(this.db, options.busyTimeoutMs);
     this.#thread = options.ingestThread === true ? new IngestThread(path, options.busyTimeoutMs) : undefined;
     this.#wal = options.explicitSync === true ? new WalSync(path) : undefined;
     const thread = this.#thread;
@@ -91,14 +97,7 @@ export class SqliteStore implements Store {
    */
   async #commitBatch(items: NewEvent[], deadline: number): Promise<IngestResult[]> {
     const run = this.db.transaction((batch: NewEvent[]) => batch.map((e) => ingestOne(this.#ingest, e)));
-    for (;;) {
-      try {
-        return run.immediate(items);
-      } catch (e) {
-        if (!isBusy(e) || Date.now() >= deadline) throw sqliteError(e, 'ingest');
-        await sleep(Math.min(10, Math.max(1, deadline - Date.now())));
-      }
-    }
+    return whenUnlocked('ingest', deadline, () => run.immediate(items));
   }
 
   /**
@@ -107,85 +106,26 @@ export class SqliteStore implements Store {
    * as an insert does, up to busyTimeoutMs, without blocking the thread.
    */
   async ping(): Promise<void> {
-    const deadline = Date.now() + this.#options.busyTimeoutMs;
-    for (;;) {
-      try {
-        this.db.exec('BEGIN IMMEDIATE');
-        this.db.exec('ROLLBACK');
-        return;
-      } catch (e) {
-        if (!isBusy(e) || Date.now() >= deadline) throw sqliteError(e, 'ping');
-        await sleep(Math.min(10, Math.max(1, deadline - Date.now())));
-      }
-    }
+    await whenUnlocked('ping', Date.now() + this.#options.busyTimeoutMs, () => {
+      this.db.exec('BEGIN IMMEDIATE');
+      this.db.exec('ROLLBACK');
+    });
   }
 
-  // OpsStore (purge, replay, events, stats): see ./ops.ts.
-  countPurgeable(receivedBefore: number) {
-    return ops.countPurgeable(this.db, receivedBefore);
-  }
+  // OpsStore: purge batches and queue gauges; the rest in ../store-base.ts.
   purgeBatch(receivedBefore: number, limit: number) {
     return ops.purgeBatch(this.db, receivedBefore, limit);
   }
-  countBodiesDroppable(receivedBefore: number) {
-    return ops.countBodiesDroppable(this.db, receivedBefore);
-  }
   dropBodiesBatch(receivedBefore: number, limit: number) {
     return ops.dropBodiesBatch(this.db, receivedBefore, limit);
-  }
-  findEventId(source: string, deliveryId: string) {
-    return ops.findEventId(this.db, source, deliveryId);
-  }
-  replayEvents(eventIds: readonly number[], options: ReplayOptions) {
-    return ops.replayEvents(this.db, eventIds, options);
-  }
-  replayDead(options: ReplayOptions) {
-    return ops.replayDead(this.db, options);
-  }
-  listEvents(query: ListEventsQuery) {
-    return ops.listEvents(this.db, query);
-  }
-
-  deliveriesPerHour(since: number) {
-    return ops.deliveriesPerHour(this.db, since);
-  }
-
-  effectFailuresByRoute(since: number) {
-    return ops.effectFailuresByRoute(this.db, since);
-  }
-  getEvent(eventId: number) {
-    return ops.getEvent(this.db, eventId);
-  }
-  stats(now: number) {
-    return ops.stats(this.db, now);
   }
   /** GET /metrics, every scrape: partial indexes only (see ./queue-stats.ts). */
   queueStats() {
     return queueStats(this.db);
   }
 
-  // CatchUpStore: see ./catch-up.ts.
-  storedDeliveryIds(source: string, deliveryIds: readonly string[]) {
-    return catchUp.storedDeliveryIds(this.db, source, deliveryIds);
-  }
-  storeFetched(event: FetchedEvent) {
-    return catchUp.storeFetched(this.db, this.#options.busyTimeoutMs, event);
-  }
-  catchUpState(source: string) {
-    return catchUp.catchUpState(this.db, source);
-  }
-  catchUpStates() {
-    return catchUp.catchUpStates(this.db);
-  }
-  beginCatchUp(source: string, now: number) {
-    return catchUp.beginCatchUp(this.db, this.#options.busyTimeoutMs, source, now);
-  }
-  recordCatchUp(source: string, run: CatchUpRunRecord) {
-    return catchUp.recordCatchUp(this.db, this.#options.busyTimeoutMs, source, run);
-  }
-
-  // DrainStore (claims, leases, the effect ledger): see ./drain.ts.
-  get #drainConnection(): drain.DrainConnection {
+  // DrainStore (claims, leases, the effect ledger): see ../store-base.ts and ./drain.ts.
+  protected drainConnection(): drain.DrainConnection {
     if (this.#closed) throw sqliteError(new TypeError('The database connection is not open'), 'drain');
     if (this.#drain === undefined) {
       const db = openSqlite(this.#path, { busyTimeoutMs: this.#options.blockingBusyMs ?? this.#options.busyTimeoutMs });
@@ -198,59 +138,6 @@ export class SqliteStore implements Store {
       this.#drain = { db, busyTimeoutMs: this.#options.busyTimeoutMs, wal: this.#wal };
     }
     return this.#drain;
-  }
-  claimEvents(owner: string, now: number, leaseMs: number, limit: number) {
-    return drain.claimEvents(this.#drainConnection, owner, now, leaseMs, limit);
-  }
-  renewLeases(leases: readonly Lease[], now: number, leaseMs: number) {
-    return drain.renewLeases(this.#drainConnection, leases, now, leaseMs);
-  }
-  releaseEvents(leases: readonly Lease[]) {
-    return drain.releaseEvents(this.#drainConnection, leases);
-  }
-  claimOwners() {
-    return drain.claimOwners(this.#drainConnection);
-  }
-  expireClaims(ownerPrefix: string, now: number) {
-    return drain.expireClaims(this.#drainConnection, ownerPrefix, now);
-  }
-  claimEvent(owner: string, now: number, leaseMs: number) {
-    return drain.claimEvent(this.#drainConnection, owner, now, leaseMs);
-  }
-  nextDueAt() {
-    return drain.nextDueAt(this.#drainConnection);
-  }
-  renewLease(lease: Lease, now: number, leaseMs: number) {
-    return drain.renewLease(this.#drainConnection, lease, now, leaseMs);
-  }
-  beginEffect(lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number) {
-    return drain.beginEffect(this.#drainConnection, lease, attempt, start, now, leaseMs);
-  }
-  finishEffect(finish: EffectFinish, now: number) {
-    return drain.finishEffect(this.#drainConnection, finish, now);
-  }
-  runTransactionalEffect(
-    lease: Lease,
-    attempt: number,
-    start: EffectStart,
-    handler: (db: EffectDb) => Promise<void>,
-    now: () => number,
-    leaseMs: number,
-    options?: { completeOnOk?: boolean },
-  ) {
-    return drain.runTransactionalEffect(this.#drainConnection, lease, attempt, start, handler, now, leaseMs, options);
-  }
-  recordAttempt(record: AttemptRecord) {
-    return drain.recordAttempt(this.#drainConnection, record);
-  }
-  completeEvent(lease: Lease, now: number) {
-    return drain.completeEvent(this.#drainConnection, lease, now);
-  }
-  retryEvent(lease: Lease, error: string, nextAttemptAt: number) {
-    return drain.retryEvent(this.#drainConnection, lease, error, nextAttemptAt);
-  }
-  buryEvent(lease: Lease, error: string, now: number) {
-    return drain.buryEvent(this.#drainConnection, lease, error, now);
   }
 
   async close(): Promise<void> {

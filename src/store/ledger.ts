@@ -1,4 +1,4 @@
-import type { EffectStart, LedgerRow } from '../store/drain-types.js';
+import type { EffectStart, LedgerRow } from './drain-types.js';
 
 /**
  * The effect ledger's one rule, applied by every store inside the transaction that records

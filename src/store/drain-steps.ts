@@ -1,0 +1,275 @@
+import type { AttemptRecord, EffectDb, EffectDecision, EffectFinish, EffectStart, Lease, LedgerRow, TransactionalOutcome } from './drain-types.js';
+import { decideEffect, newerVersion } from './ledger.js';
+import type { AttemptRow } from './ops-types.js';
+import { toLedger, type LedgerDbRow } from './rows.js';
+import { changes, first, memo, rows, sqlText, type Dialect, type Steps } from './sql.js';
+
+/**
+ * The drain's protocol, written once for both stores (see sql.ts): the effect ledger
+ * (decide, mark running, finish), the attempts it records, and the lease-guarded settle
+ * of an event. Each function is the steps of one operation, or of one part of a module
+ * effect's transaction; the store runs them in its own transaction.
+ */
+
+const statements = memo((d: Dialect) => {
+  const text = (build: (p: () => string) => string) => sqlText(d, build);
+  // Every lease-guarded statement ends with this: event id, then owner.
+  const held = (p: () => string) => `id = ${p()} AND lease_owner = ${p()} AND status = 'processing'`;
+  return {
+    nextDue: `SELECT min(t) AS t FROM (
+        SELECT min(next_attempt_at) AS t FROM events${d.indexedBy('events_due')} WHERE status = 'pending'
+        UNION ALL
+        SELECT min(lease_expires_at) AS t FROM events${d.indexedBy('events_leased')} WHERE status = 'processing'
+      ) AS due`,
+    claimOwners: `SELECT DISTINCT lease_owner AS owner FROM events${d.indexedBy('events_leased')} WHERE status = 'processing' AND lease_owner IS NOT NULL`,
+    // substr, not LIKE: a host name may hold LIKE's wildcards.
+    expireClaims: text(
+      (p) => `UPDATE events SET lease_expires_at = ${p()}
+        WHERE status = 'processing' AND substr(lease_owner, 1, length(CAST(${p()} AS text))) = ${p()} AND lease_expires_at > ${p()}`,
+    ),
+    renew: text((p) => `UPDATE events SET lease_expires_at = ${p()} WHERE ${held(p)}`),
+    // A running row belongs to someone else only while another event's claim on it is live;
+    // otherwise it is a run that crashed or outlived its lease, and may be repeated.
+    ledger: text(
+      (p) => `SELECT f.status, f.event_id, f.version, f.runs,
+        CASE WHEN f.status = 'running' AND f.event_id IS NOT NULL AND f.event_id <> ${p()} AND EXISTS (
+          SELECT 1 FROM events v WHERE v.id = f.event_id AND v.status = 'processing' AND v.lease_expires_at > ${p()})
+        THEN 1 ELSE 0 END AS held_elsewhere
+        FROM effects f WHERE f.effect_key = ${p()}`,
+    ),
+    insertAttempt: text(
+      (p) => `INSERT INTO attempts (event_id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced)
+        VALUES (${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}) RETURNING id`,
+    ),
+    // Before an external effect acts, this row says it is running: a crash from here on
+    // leaves it visible, and the next run counts as a repeat (runs + 1).
+    markRunning: text(
+      (p) => `INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, run_token, started_at, forced_runs)
+        VALUES (${p()}, ${p()}, ${p()}, 'running', ${p()}, 1, ${p()}, ${p()}, ${p()})
+        ON CONFLICT (effect_key) DO UPDATE SET status = 'running', event_id = excluded.event_id, runs = effects.runs + 1,
+          run_token = excluded.run_token, started_at = excluded.started_at, finished_at = NULL,
+          forced_runs = effects.forced_runs + excluded.forced_runs`,
+    ),
+    finishAttempt: text((p) => `UPDATE attempts SET finished_at = ${p()}, outcome = ${p()}, error = ${p()}, output = ${p()} WHERE id = ${p()}`),
+    effectVersion: text((p) => `SELECT version FROM effects WHERE effect_key = ${p()}${d.lockRows}`),
+    // Only the run that set the token may close it: a late finish after someone else started
+    // a new run of the key must not overwrite that run's row.
+    effectDone: text(
+      (p) => `UPDATE effects SET status = 'done', finished_at = ${p()}, last_error = NULL, version = ${p()}
+        WHERE effect_key = ${p()} AND run_token = ${p()} AND status = 'running'`,
+    ),
+    effectFailed: text(
+      (p) => `UPDATE effects SET status = ${p()}, finished_at = ${p()}, last_error = ${p()}
+        WHERE effect_key = ${p()} AND run_token = ${p()} AND status = 'running'`,
+    ),
+    markDoneTx: text(
+      (p) => `INSERT INTO effects (effect_key, route, business_key, status, event_id, version, runs, run_token, started_at, finished_at, forced_runs)
+        VALUES (${p()}, ${p()}, ${p()}, 'done', ${p()}, ${p()}, 1, ${p()}, ${p()}, ${p()}, ${p()})
+        ON CONFLICT (effect_key) DO UPDATE SET status = 'done', event_id = excluded.event_id, version = excluded.version,
+          runs = effects.runs + 1, run_token = excluded.run_token, started_at = excluded.started_at,
+          finished_at = excluded.finished_at, last_error = NULL, forced_runs = effects.forced_runs + excluded.forced_runs`,
+    ),
+    // A done key stays done; a running row is another run's (an external effect's), left to it.
+    markFailedTx: text(
+      (p) => `INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, started_at, finished_at, last_error)
+        VALUES (${p()}, ${p()}, ${p()}, 'failed', ${p()}, 0, ${p()}, ${p()}, ${p()})
+        ON CONFLICT (effect_key) DO UPDATE SET
+          status = CASE WHEN effects.status = 'done' THEN 'done' ELSE 'failed' END,
+          finished_at = excluded.finished_at, last_error = excluded.last_error
+        WHERE effects.status <> 'running'`,
+    ),
+    // Each outcome applies only while the caller still holds the lease: a drain whose claim
+    // was taken over (its lease expired, another drain reclaimed) changes nothing.
+    complete: text(
+      (p) => `UPDATE events SET status = 'done', finished_at = ${p()}, lease_owner = NULL, lease_expires_at = NULL,
+        last_error = NULL, force_effects = 0 WHERE ${held(p)}`,
+    ),
+    retry: text(
+      (p) => `UPDATE events SET status = 'pending', next_attempt_at = ${p()}, last_error = ${p()}, lease_owner = NULL,
+        lease_expires_at = NULL WHERE ${held(p)}`,
+    ),
+    bury: text(
+      (p) => `UPDATE events SET status = 'dead', finished_at = ${p()}, last_error = ${p()}, lease_owner = NULL,
+        lease_expires_at = NULL WHERE ${held(p)}`,
+    ),
+  };
+});
+
+export function* nextDueAt(d: Dialect): Steps<number | undefined> {
+  return (yield* first<{ t: number | null }>(statements(d).nextDue))?.t ?? undefined;
+}
+
+export function* claimOwners(d: Dialect): Steps<string[]> {
+  return (yield* rows<{ owner: string }>(statements(d).claimOwners)).map((r) => r.owner);
+}
+
+export function* expireClaims(d: Dialect, ownerPrefix: string, now: number): Steps<number> {
+  return yield* changes(statements(d).expireClaims, [now, ownerPrefix, ownerPrefix, now]);
+}
+
+/** Moves a held lease to `until`; false when the lease is lost. */
+export function* renewLease(d: Dialect, lease: Lease, until: number): Steps<boolean> {
+  return (yield* changes(statements(d).renew, [until, lease.eventId, lease.owner])) === 1;
+}
+
+/** Takes the effect key's lock, where the dialect has one, until the transaction ends. */
+export function* lockEffectKey(d: Dialect, start: EffectStart, waitMs: number): Steps<void> {
+  if (d.lockEffectKey !== undefined) yield d.lockEffectKey(start.effectKey, waitMs);
+}
+
+/** An attempt row to insert: the row without its id, for one event; error, output and forced default to none. */
+type NewAttempt = Omit<AttemptRow, 'id' | 'error' | 'output' | 'forced'> & Partial<Pick<AttemptRow, 'error' | 'output' | 'forced'>> & { eventId: number };
+
+function* insertAttempt(d: Dialect, a: NewAttempt): Steps<number> {
+  const params = [a.eventId, a.attempt, a.route, a.effectKey, a.startedAt, a.finishedAt, a.outcome, a.error ?? null, a.output ?? null, a.forced === true ? 1 : 0];
+  return (yield* first<{ id: number }>(statements(d).insertAttempt, params))!.id;
+}
+
+/** A decision that runs nothing, recorded as a finished attempt. */
+type NonRun = Exclude<EffectDecision, { action: 'run' | 'lost' }>;
+
+function* recordNonRun(d: Dialect, lease: Lease, attempt: number, start: EffectStart, row: LedgerRow, decision: NonRun['action'], now: number): Steps<NonRun> {
+  const base = { eventId: lease.eventId, attempt, route: start.route, effectKey: start.effectKey, startedAt: now, finishedAt: now };
+  if (decision === 'stale') {
+    const applied = row.version ?? '';
+    const attemptId = yield* insertAttempt(d, { ...base, outcome: 'stale', error: `version ${start.version ?? ''} is older than the applied version ${applied}` });
+    return { action: 'stale', attemptId, appliedVersion: applied };
+  }
+  if (decision === 'busy') {
+    const heldBy = row.eventId ?? 0;
+    const attemptId = yield* insertAttempt(d, { ...base, outcome: 'busy', error: `effect ${start.effectKey} is running for event ${heldBy}` });
+    return { action: 'busy', attemptId, heldByEventId: heldBy };
+  }
+  const attemptId = yield* insertAttempt(d, { ...base, outcome: 'skipped', error: row.eventId === null ? null : `already done by event ${row.eventId}` });
+  return { action: 'skipped', attemptId };
+}
+
+/** The key's ledger row and the rule's decision; a decision that runs nothing is recorded here. */
+export interface Decided {
+  row: LedgerRow | undefined;
+  /** Set when the effect does not run (skipped, stale, busy). */
+  nonRun?: NonRun;
+}
+
+/** Reads the key's ledger row and applies the rule, inside the transaction that records the decision. */
+export function* decide(d: Dialect, lease: Lease, attempt: number, start: EffectStart, now: number): Steps<Decided> {
+  const found = yield* first<LedgerDbRow>(statements(d).ledger, [lease.eventId, now, start.effectKey]);
+  const row = found === undefined ? undefined : toLedger(found);
+  const decision = decideEffect(row, start);
+  if (decision === 'run') return { row };
+  return { row, nonRun: yield* recordNonRun(d, lease, attempt, start, row!, decision, now) };
+}
+
+/** A forced run: the key was done and the event forces its effects. */
+function forcedRun(row: LedgerRow | undefined, start: EffectStart): boolean {
+  return row?.status === 'done' && start.force;
+}
+
+/** beginEffect (see drain-types.ts): renew, lock the key, decide, and mark running or record the non-run. */
+export function* beginEffect(d: Dialect, lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number): Steps<EffectDecision> {
+  if (!(yield* renewLease(d, lease, now + leaseMs))) return { action: 'lost' };
+  yield* lockEffectKey(d, start, leaseMs);
+  const { row, nonRun } = yield* decide(d, lease, attempt, start, now);
+  if (nonRun !== undefined) return nonRun;
+  const wasDone = row?.status === 'done';
+  const forced = forcedRun(row, start);
+  yield* changes(statements(d).markRunning, [start.effectKey, start.route, start.businessKey, lease.eventId, start.runToken, now, forced ? 1 : 0]);
+  const attemptId = yield* insertAttempt(d, { eventId: lease.eventId, attempt, route: start.route, effectKey: start.effectKey, startedAt: now, finishedAt: null, outcome: 'running', forced });
+  return { action: 'run', attemptId, runs: (row?.runs ?? 0) + 1, wasDone };
+}
+
+/** finishEffect (see drain-types.ts): the attempt always; the ledger row only while it carries the run's token. */
+export function* finishEffect(d: Dialect, f: EffectFinish, now: number): Steps<void> {
+  const s = statements(d);
+  yield* changes(s.finishAttempt, [now, f.outcome, f.error ?? null, f.output ?? null, f.attemptId]);
+  if (f.outcome === 'ok') {
+    const current = yield* first<{ version: string | null }>(s.effectVersion, [f.effectKey]);
+    yield* changes(s.effectDone, [now, newerVersion(current?.version ?? null, f.version), f.effectKey, f.runToken]);
+  } else {
+    // A forced re-run of a done key that fails leaves it done: it did happen once.
+    yield* changes(s.effectFailed, [f.wasDone ? 'done' : 'failed', now, f.error ?? null, f.effectKey, f.runToken]);
+  }
+}
+
+/** A module effect to run: what runTransactionalEffect is given (see drain-types.ts). */
+export interface ModuleEffect {
+  lease: Lease;
+  attempt: number;
+  start: EffectStart;
+  handler: (db: EffectDb) => Promise<void>;
+  /** Read when the transaction starts and again when it ends. */
+  now: () => number;
+  leaseMs: number;
+  /** Mark the event done in the same commit when the handler resolves. */
+  completeOnOk: boolean;
+}
+
+/**
+ * Awaits the handler with the transaction's db and closes the db after it, told whether
+ * the handler threw (gave up); returns what it threw, if it threw.
+ */
+export async function callHandler(m: ModuleEffect, db: EffectDb, close: (threw: boolean) => void | Promise<void>): Promise<{ error: unknown } | undefined> {
+  let failure: { error: unknown } | undefined;
+  try {
+    await m.handler(db);
+  } catch (e) {
+    failure = { error: e };
+  } finally {
+    await close(failure !== undefined);
+  }
+  return failure;
+}
+
+/** A module effect's run, between the decision and its end. */
+export interface ModuleRun {
+  lease: Lease;
+  attempt: number;
+  start: EffectStart;
+  row: LedgerRow | undefined;
+  startedAt: number;
+  finishedAt: number;
+}
+
+/**
+ * A module effect's handler resolved: in its transaction, the ledger row (done) and the
+ * attempt (ok), and, when it was the event's last effect and nothing failed, the event
+ * done too (one transaction, not two).
+ */
+export function* moduleDone(d: Dialect, m: ModuleRun, completeOnOk: boolean): Steps<Extract<TransactionalOutcome, { action: 'ok' }>> {
+  const { lease, start, row } = m;
+  const forced = forcedRun(row, start);
+  yield* changes(statements(d).markDoneTx, [
+    start.effectKey, start.route, start.businessKey, lease.eventId, newerVersion(row?.version ?? null, start.version),
+    start.runToken, m.startedAt, m.finishedAt, forced ? 1 : 0,
+  ]);
+  const attemptId = yield* insertAttempt(d, { eventId: lease.eventId, attempt: m.attempt, route: start.route, effectKey: start.effectKey, startedAt: m.startedAt, finishedAt: m.finishedAt, outcome: 'ok', forced });
+  const completed = completeOnOk && (yield* completeEvent(d, lease, m.finishedAt));
+  return { action: 'ok', attemptId, runs: (row?.runs ?? 0) + 1, completed };
+}
+
+/** A module effect's handler threw: recorded in a transaction of its own, after its writes rolled back. */
+export function* moduleFailed(d: Dialect, m: ModuleRun, error: string): Steps<Extract<TransactionalOutcome, { action: 'failed' }>> {
+  const { lease, start, row } = m;
+  yield* changes(statements(d).markFailedTx, [start.effectKey, start.route, start.businessKey, lease.eventId, m.startedAt, m.finishedAt, error]);
+  const attemptId = yield* insertAttempt(d, {
+    eventId: lease.eventId, attempt: m.attempt, route: start.route, effectKey: start.effectKey, startedAt: m.startedAt, finishedAt: m.finishedAt,
+    outcome: 'failed', error, forced: forcedRun(row, start),
+  });
+  return { action: 'failed', attemptId, runs: row?.runs ?? 0, error };
+}
+
+export function* recordAttempt(d: Dialect, r: AttemptRecord): Steps<void> {
+  yield* insertAttempt(d, { eventId: r.eventId, attempt: r.attempt, route: r.route, effectKey: r.effectKey ?? null, startedAt: r.startedAt, finishedAt: r.finishedAt, outcome: r.outcome, error: r.error });
+}
+
+export function* completeEvent(d: Dialect, lease: Lease, now: number): Steps<boolean> {
+  return (yield* changes(statements(d).complete, [now, lease.eventId, lease.owner])) === 1;
+}
+
+export function* retryEvent(d: Dialect, lease: Lease, error: string, nextAttemptAt: number): Steps<boolean> {
+  return (yield* changes(statements(d).retry, [nextAttemptAt, error, lease.eventId, lease.owner])) === 1;
+}
+
+export function* buryEvent(d: Dialect, lease: Lease, error: string, now: number): Steps<boolean> {
+  return (yield* changes(statements(d).bury, [now, error, lease.eventId, lease.owner])) === 1;
+}

@@ -1,0 +1,288 @@
+import type {
+  EffectRow,
+  EventDetail,
+  EventStatus,
+  EventSummary,
+  HourlyDeliveries,
+  ListEventsQuery,
+  OpsStore,
+  ReplayOptions,
+  ReplayRefusal,
+  ReplayResult,
+  RouteFailures,
+  StoreStats,
+} from './ops-types.js';
+import { EVENT_STATUSES } from './ops-types.js';
+import {
+  ATTEMPT_COLUMNS,
+  CONFLICT_COLUMNS,
+  DETAIL_COLUMNS,
+  EFFECT_COLUMNS,
+  SUMMARY_COLUMNS,
+  toDetail,
+  toHourly,
+  toRouteFailures,
+  toSummary,
+  type AttemptDbRow,
+  type ConflictDbRow,
+  type EffectDbRow,
+  type EventDetailDbRow,
+  type EventSummaryRow,
+  type HourlyDbRow,
+  type RouteFailuresDbRow,
+} from './rows.js';
+import { changes, first, memo, rows, sqlText, type Dialect, type Steps } from './sql.js';
+
+/**
+ * Operator operations written once for both stores (see sql.ts): counts, replay, events
+ * list and show, stats, the admin overview's figures. Purge batches stay in each store: PostgreSQL deletes a batch in
+ * one statement (writable CTEs, SKIP LOCKED), SQLite in several under its write lock.
+ */
+
+const HOUR_MS = 3_600_000;
+
+/**
+ * Ids grow with arrival, so the window starts after the newest row from before `since`:
+ * walking ids down from the newest stops there, and older rows are never read. A row
+ * committed a moment out of order at the window's edge may be left out. Takes two
+ * parameters, both `since`.
+ */
+const newerThan = (p: () => string, table: 'events' | 'attempts', column: string) =>
+  `id > coalesce((SELECT id FROM ${table} WHERE ${column} < ${p()} ORDER BY id DESC LIMIT 1), 0) AND ${column} >= ${p()}`;
+
+/**
+ * Every source with events, by a loose index scan of (source, delivery_id): one index
+ * probe per source, so an exact delivery id without its source is still found by index.
+ */
+const SOURCES = `WITH RECURSIVE sources(source) AS (
+  SELECT min(source) FROM events
+  UNION ALL SELECT (SELECT min(source) FROM events WHERE source > sources.source) FROM sources WHERE sources.source IS NOT NULL)`;
+
+const REPLAY_COLUMNS = `id, source, delivery_id, status, lease_owner, lease_expires_at, CASE WHEN body IS NULL THEN 1 ELSE 0 END AS body_dropped`;
+
+const statements = memo((d: Dialect) => {
+  const text = (build: (p: () => string) => string) => sqlText(d, build);
+  return {
+    countPurgeable: text((p) => `SELECT count(*) AS n FROM events WHERE status = 'done' AND received_at < ${p()}`),
+    countBodiesDroppable: text((p) => `SELECT count(*) AS n FROM events WHERE status = 'done' AND received_at < ${p()} AND body IS NOT NULL`),
+    findEventId: text((p) => `SELECT id FROM events WHERE source = ${p()} AND delivery_id = ${p()}`),
+    // Locked (where the dialect locks rows) until COMMIT, so a drain cannot claim or complete
+    // one between the check and the reset.
+    replayRows: text((p) => `SELECT ${REPLAY_COLUMNS} FROM events WHERE id IN (${d.idList(p())}) ORDER BY id${d.lockRows}`),
+    deadRows: `SELECT ${REPLAY_COLUMNS} FROM events WHERE status = 'dead' ORDER BY id${d.lockRows}`,
+    // Retry counter back to 0 so maxAttempts applies afresh; attempt rows are kept as history;
+    // last_error stays until the next attempt replaces it. A plain replay never clears a
+    // pending force (the drain clears it when it completes the event).
+    reset: text(
+      (p) => `UPDATE events SET status = 'pending', next_attempt_at = ${p()}, attempts = 0,
+        lease_owner = NULL, lease_expires_at = NULL, finished_at = NULL,
+        force_effects = CASE WHEN ${p()} = 1 THEN 1 ELSE force_effects END
+        WHERE id IN (${d.idList(p())})`,
+    ),
+    event: text((p) => `SELECT ${DETAIL_COLUMNS} FROM events WHERE id = ${p()}`),
+    attempts: text((p) => `SELECT ${ATTEMPT_COLUMNS} FROM attempts WHERE event_id = ${p()} ORDER BY id`),
+    effects: text(
+      (p) => `SELECT ${EFFECT_COLUMNS} FROM effects
+        WHERE effect_key IN (SELECT effect_key FROM attempts WHERE event_id = ${p()} AND effect_key IS NOT NULL) OR event_id = ${p()} ORDER BY effect_key`,
+    ),
+    conflicts: text((p) => `SELECT ${CONFLICT_COLUMNS} FROM conflicts WHERE event_id = ${p()} ORDER BY id`),
+    // One scan of events: counts, duplicates and oldest key per source together. The CASTs:
+    // PostgreSQL's sum() of a bigint is numeric, which its driver returns as a string.
+    statsGroups: `SELECT source, status, count(*) AS n, CAST(coalesce(sum(duplicates), 0) AS bigint) AS d, min(received_at) AS oldest
+      FROM events GROUP BY source, status`,
+    statsConflicts: `SELECT CAST(coalesce(sum(1 + repeats), 0) AS bigint) AS n FROM conflicts`,
+    statsStuck: text((p) => `SELECT count(*) AS n, min(lease_expires_at) AS oldest FROM events WHERE status = 'processing' AND lease_expires_at < ${p()}`),
+    statsEffects: `SELECT status, count(*) AS n FROM effects GROUP BY status`,
+    // Reads only the newest rows (by id): its cost follows the window, not the table.
+    // Parameters: `since`, three times.
+    deliveriesPerHour: text(
+      (p) => `SELECT received_at / ${HOUR_MS} * ${HOUR_MS} AS hour, status AS outcome, count(*) AS count FROM events
+        WHERE ${newerThan(p, 'events', 'received_at')} GROUP BY 1, 2
+        UNION ALL
+        SELECT received_at / ${HOUR_MS} * ${HOUR_MS} AS hour, 'conflict' AS outcome, sum(1 + repeats) AS count FROM conflicts
+        WHERE received_at >= ${p()} GROUP BY 1
+        ORDER BY 1, 2`,
+    ),
+    // Parameters: `since`, twice.
+    effectFailuresByRoute: text(
+      (p) => `SELECT route, count(*) AS failures, max(started_at) AS last_failed_at FROM attempts
+        WHERE outcome = 'failed' AND ${newerThan(p, 'attempts', 'started_at')}
+        GROUP BY route ORDER BY failures DESC, route`,
+    ),
+  };
+});
+
+export function* countPurgeable(d: Dialect, receivedBefore: number): Steps<number> {
+  return (yield* first<{ n: number }>(statements(d).countPurgeable, [receivedBefore]))?.n ?? 0;
+}
+
+export function* countBodiesDroppable(d: Dialect, receivedBefore: number): Steps<number> {
+  return (yield* first<{ n: number }>(statements(d).countBodiesDroppable, [receivedBefore]))?.n ?? 0;
+}
+
+export function* findEventId(d: Dialect, source: string, deliveryId: string): Steps<number | undefined> {
+  return (yield* first<{ id: number }>(statements(d).findEventId, [source, deliveryId]))?.id;
+}
+
+interface ReplayDbRow {
+  id: number;
+  source: string;
+  delivery_id: string;
+  status: EventStatus;
+  lease_owner: string | null;
+  lease_expires_at: number | null;
+  body_dropped: number;
+}
+
+function refusalOf(r: ReplayDbRow, now: number): ReplayRefusal | undefined {
+  // A live lease means a drain is running this event's effects right now: refuse, or the
+  // reset would race its completion. An expired lease is a crashed holder; it may be taken.
+  if (r.status === 'processing' && r.lease_expires_at !== null && r.lease_expires_at > now) {
+    return { eventId: r.id, reason: 'processing', leaseOwner: r.lease_owner, leaseExpiresAt: r.lease_expires_at };
+  }
+  if (r.body_dropped !== 0) return { eventId: r.id, reason: 'body_dropped' };
+  return undefined;
+}
+
+/** Decides and applies a replay of `asked` (in that order), all or nothing, on rows read in this transaction. */
+function* applyReplay(d: Dialect, asked: readonly number[], found: readonly ReplayDbRow[], options: ReplayOptions): Steps<ReplayResult> {
+  const byId = new Map(found.map((r) => [r.id, r]));
+  const refused: ReplayRefusal[] = [];
+  for (const id of asked) {
+    const r = byId.get(id);
+    const refusal = r === undefined ? ({ eventId: id, reason: 'not_found' } as const) : refusalOf(r, options.now);
+    if (refusal !== undefined) refused.push(refusal);
+  }
+  // All or nothing: the operator fixes the list and runs the same command again.
+  if (refused.length > 0) return { replayed: [], refused };
+  if (asked.length > 0) yield* changes(statements(d).reset, [options.now, options.force ? 1 : 0, d.ids(asked)]);
+  return {
+    replayed: asked.map((id) => {
+      const r = byId.get(id)!;
+      return { eventId: r.id, source: r.source, deliveryId: r.delivery_id, previousStatus: r.status, force: options.force };
+    }),
+    refused,
+  };
+}
+
+export function* replayEvents(d: Dialect, eventIds: readonly number[], options: ReplayOptions): Steps<ReplayResult> {
+  const asked = [...new Set(eventIds)];
+  return yield* applyReplay(d, asked, yield* rows<ReplayDbRow>(statements(d).replayRows, [d.ids(asked)]), options);
+}
+
+export function* replayDead(d: Dialect, options: ReplayOptions): Steps<ReplayResult> {
+  const found = yield* rows<ReplayDbRow>(statements(d).deadRows);
+  return yield* applyReplay(d, found.map((r) => r.id), found, options);
+}
+
+/** `events list` and the admin list: newest first, every filter given ANDed, keyset by id. */
+export function* listEvents(d: Dialect, query: ListEventsQuery): Steps<EventSummary[]> {
+  const where: string[] = [];
+  const params: unknown[] = [];
+  const p = (value: unknown) => d.placeholder(params.push(value));
+  let prefix = '';
+  if (query.status !== undefined) {
+    if (!EVENT_STATUSES.includes(query.status)) throw new TypeError(`unknown status ${String(query.status)}`);
+    // A literal (checked above), so the planner can use the partial index for that status.
+    where.push(`status = '${query.status}'`);
+  }
+  // With a delivery id, (source, delivery_id) is the index to use: one probe.
+  if (query.source !== undefined) where.push(`${query.deliveryId === undefined ? d.unindexed('source') : 'source'} = ${p(query.source)}`);
+  if (query.deliveryId !== undefined) {
+    where.push(`delivery_id = ${p(query.deliveryId)}`);
+    if (query.source === undefined) {
+      prefix = SOURCES;
+      where.push(`source IN (SELECT source FROM sources WHERE source IS NOT NULL)`);
+    }
+  }
+  if (query.deliveryIdPrefix !== undefined && query.deliveryIdPrefix !== '') {
+    // substr and length, not LIKE: `%` and `_` in an id are plain characters here.
+    where.push(`substr(delivery_id, 1, length(${p(query.deliveryIdPrefix)})) = ${p(query.deliveryIdPrefix)}`);
+  }
+  if (query.eventType !== undefined) where.push(`event_type = ${p(query.eventType)}`);
+  if (query.receivedFrom !== undefined) where.push(`received_at >= ${p(query.receivedFrom)}`);
+  if (query.receivedBefore !== undefined) where.push(`received_at < ${p(query.receivedBefore)}`);
+  if (query.beforeId !== undefined) where.push(`id < ${p(query.beforeId)}`);
+  const sql = `${prefix} SELECT ${SUMMARY_COLUMNS} FROM events ${where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY id DESC LIMIT ${p(query.limit)}`;
+  return (yield* rows<EventSummaryRow>(sql, params)).map(toSummary);
+}
+
+/** Events received since `since`, per hour and outcome (status now, or conflict), oldest hour first. */
+export function* deliveriesPerHour(d: Dialect, since: number): Steps<HourlyDeliveries[]> {
+  return (yield* rows<HourlyDbRow>(statements(d).deliveriesPerHour, [since, since, since])).map(toHourly);
+}
+
+/** Failed attempts started since `since`, per route, most failures first. */
+export function* effectFailuresByRoute(d: Dialect, since: number): Steps<RouteFailures[]> {
+  return (yield* rows<RouteFailuresDbRow>(statements(d).effectFailuresByRoute, [since, since])).map(toRouteFailures);
+}
+
+/** Run in one read snapshot: the event, its attempts, effects and conflicts agree with each other. */
+export function* getEvent(d: Dialect, eventId: number): Steps<EventDetail | undefined> {
+  const s = statements(d);
+  const r = yield* first<EventDetailDbRow>(s.event, [eventId]);
+  if (r === undefined) return undefined;
+  const attempts = yield* rows<AttemptDbRow>(s.attempts, [eventId]);
+  const effects = yield* rows<EffectDbRow>(s.effects, [eventId, eventId]);
+  return toDetail(r, attempts, effects, yield* rows<ConflictDbRow>(s.conflicts, [eventId]));
+}
+
+/** Run in one read snapshot: every figure agrees with the others. */
+export function* stats(d: Dialect, now: number): Steps<StoreStats> {
+  const s = statements(d);
+  const byStatus: Record<EventStatus, number> = { pending: 0, processing: 0, done: 0, dead: 0 };
+  const perSource = new Map<string, { oldest: number; events: number }>();
+  let duplicates = 0;
+  for (const g of yield* rows<{ source: string; status: EventStatus; n: number; d: number; oldest: number }>(s.statsGroups)) {
+    byStatus[g.status] += g.n;
+    duplicates += g.d;
+    const source = perSource.get(g.source);
+    if (source === undefined) perSource.set(g.source, { oldest: g.oldest, events: g.n });
+    else {
+      source.oldest = Math.min(source.oldest, g.oldest);
+      source.events += g.n;
+    }
+  }
+  const conflicts = (yield* first<{ n: number }>(s.statsConflicts))?.n ?? 0;
+  const stuck = yield* first<{ n: number; oldest: number | null }>(s.statsStuck, [now]);
+  const effectsByStatus: StoreStats['effectsByStatus'] = { running: 0, done: 0, failed: 0 };
+  for (const e of yield* rows<{ status: EffectRow['status']; n: number }>(s.statsEffects)) effectsByStatus[e.status] = e.n;
+  return {
+    byStatus,
+    duplicates,
+    conflicts,
+    sources: [...perSource].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([source, v]) => ({ source, oldestReceivedAt: v.oldest, events: v.events })),
+    stuckClaims: stuck?.n ?? 0,
+    oldestStuckLeaseExpiresAt: stuck?.oldest ?? null,
+    effectsByStatus,
+  };
+}
+
+/** How a store runs shared steps: each statement on its own, in a write transaction, or in one read snapshot. */
+export interface StepRunner {
+  alone<T>(what: string, steps: Steps<T>): Promise<T>;
+  /** `steps` is called again if the transaction is retried. */
+  write<T>(what: string, steps: () => Steps<T>): Promise<T>;
+  snapshot<T>(what: string, steps: () => Steps<T>): Promise<T>;
+}
+
+/** The operator operations both stores run alike; purge batches and queue gauges are each store's own. */
+export type SharedOps = Pick<
+  OpsStore,
+  'countPurgeable' | 'countBodiesDroppable' | 'findEventId' | 'replayEvents' | 'replayDead' | 'listEvents' | 'deliveriesPerHour' | 'effectFailuresByRoute' | 'getEvent' | 'stats'
+>;
+
+export function sharedOps(d: Dialect, run: StepRunner): SharedOps {
+  return {
+    countPurgeable: (receivedBefore) => run.alone('purge', countPurgeable(d, receivedBefore)),
+    countBodiesDroppable: (receivedBefore) => run.alone('purge', countBodiesDroppable(d, receivedBefore)),
+    findEventId: (source, deliveryId) => run.alone('replay', findEventId(d, source, deliveryId)),
+    replayEvents: (eventIds, options) => run.write('replay', () => replayEvents(d, eventIds, options)),
+    replayDead: (options) => run.write('replay', () => replayDead(d, options)),
+    listEvents: (query) => run.alone('events list', listEvents(d, query)),
+    deliveriesPerHour: (since) => run.alone('admin overview', deliveriesPerHour(d, since)),
+    effectFailuresByRoute: (since) => run.alone('admin overview', effectFailuresByRoute(d, since)),
+    getEvent: (eventId) => run.snapshot('events show', () => getEvent(d, eventId)),
+    stats: (now) => run.snapshot('stats', () => stats(d, now)),
+  };
+}

@@ -1,0 +1,50 @@
+import type { Dialect, Steps, Stmt } from '../sql.js';
+import type { Conn } from './conn.js';
+import type { PoolClient } from './open.js';
+
+/** A constant first key for pg_advisory_xact_lock(int, int): the effect-key lock space. */
+const EFFECT_KEY_LOCK = 0x72636b79; // "rcky"
+
+/**
+ * Serialises every decision about one effect key across processes until this transaction
+ * ends. The wait may be as long as another process's module effect holds its transaction
+ * (bounded by its lease), so it gets its own lock timeout; afterwards the key is ours, and
+ * nothing else in the transaction waits on a lock for long.
+ */
+function lockEffectKey(effectKey: string, waitMs: number): Stmt {
+  return {
+    sql: `SELECT set_config('lock_timeout', $1, true), pg_advisory_xact_lock($2, hashtext($3))`,
+    params: [String(Math.max(1, Math.round(waitMs))), EFFECT_KEY_LOCK, effectKey],
+  };
+}
+
+/** PostgreSQL's answers to the shared SQL's questions (see ../sql.ts). */
+export const dialect: Dialect = {
+  placeholder: (n) => `$${n}`,
+  indexedBy: () => '',
+  // Several receivers write at once: rows read and then changed stay ours until COMMIT.
+  lockRows: ' FOR NO KEY UPDATE',
+  unindexed: (column) => column,
+  idList: (p) => `SELECT unnest(${p}::bigint[])`,
+  textList: (p) => `SELECT unnest(${p}::text[])`,
+  ids: (ids) => ids,
+  lockEffectKey,
+};
+
+async function drive<T>(steps: Steps<T>, query: (s: Stmt) => Promise<{ rows: unknown[]; rowCount: number | null }>): Promise<T> {
+  for (let next = steps.next(); ; ) {
+    if (next.done === true) return next.value;
+    const r = await query(next.value);
+    next = steps.next({ rows: r.rows, changes: r.rowCount ?? 0 });
+  }
+}
+
+/** Runs shared steps on one connection (inside the caller's transaction), one statement at a time. */
+export function runSteps<T>(client: PoolClient, steps: Steps<T>): Promise<T> {
+  return drive(steps, (s) => client.query(s.sql, s.params as unknown[]));
+}
+
+/** Runs shared steps on the pool, each statement on its own (autocommit): for operations of one statement. */
+export function runAlone<T>(c: Conn, what: string, steps: Steps<T>): Promise<T> {
+  return drive(steps, (s) => c.query(what, s.sql, s.params));
+}

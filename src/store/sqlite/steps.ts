@@ -1,0 +1,45 @@
+import type { Statement } from 'better-sqlite3';
+import type { Dialect, Steps, StmtResult } from '../sql.js';
+import type { Db } from './open.js';
+
+/** SQLite's answers to the shared SQL's questions (see ../sql.ts). */
+export const dialect: Dialect = {
+  placeholder: () => '?',
+  indexedBy: (index) => ` INDEXED BY ${index}`,
+  // BEGIN IMMEDIATE holds the one write lock: the rows read cannot change under us.
+  lockRows: '',
+  unindexed: (column) => `+${column}`,
+  idList: (p) => `SELECT value FROM json_each(${p})`,
+  textList: (p) => `SELECT value FROM json_each(${p})`,
+  ids: (ids) => JSON.stringify(ids),
+};
+
+const cache = new WeakMap<Db, Map<string, Statement>>();
+
+/** Prepared once per connection and SQL text. */
+export function stmt(db: Db, sql: string): Statement {
+  let m = cache.get(db);
+  if (m === undefined) cache.set(db, (m = new Map()));
+  let s = m.get(sql);
+  if (s === undefined) m.set(sql, (s = db.prepare(sql)));
+  return s;
+}
+
+/**
+ * Runs shared steps synchronously on `db`: inside a better-sqlite3 transaction when the
+ * caller opened one, so nothing else runs on the connection between two of its statements.
+ */
+export function runSteps<T>(db: Db, steps: Steps<T>): T {
+  for (let next = steps.next(); ; ) {
+    if (next.done === true) return next.value;
+    const s = stmt(db, next.value.sql);
+    let result: StmtResult;
+    if (s.reader) {
+      const rows = s.all(...next.value.params);
+      result = { rows, changes: rows.length };
+    } else {
+      result = { rows: [], changes: s.run(...next.value.params).changes };
+    }
+    next = steps.next(result);
+  }
+}

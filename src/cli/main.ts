@@ -8,7 +8,7 @@ import { registerSendTest } from './send-test.js';
 import { registerServe } from './serve.js';
 import { registerStats } from './stats.js';
 
-/** Exit codes (CONTRACT.md): 0 ok, 1 runtime failure, 2 usage or config error. */
+/** Exit codes (docs/contract.md): 0 ok, 1 runtime failure, 2 usage or config error. */
 export function exitCodeFor(e: unknown): number {
   if (e instanceof ReceiverError) return e.kind === 'config' || e.kind === 'usage' ? 2 : 1;
   if (e instanceof CommanderError) return e.exitCode === 0 ? 0 : 2;

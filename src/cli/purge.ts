@@ -6,13 +6,9 @@ import type { Store } from '../store/types.js';
 import { addCommonOptions, configFrom, openStoreFor, positiveInt, printJson, type CommonOptions } from './common.js';
 
 /**
- * Rows per purge batch (one short write transaction each), chosen with bench/purge.mjs on
- * 1,000,000 finished events (~1 KB bodies, 2 cores shared with other work): a 1000-row batch
- * took 18-64 ms (median) alone, 5000 rows 88-141 ms; under 50 deliveries/s, ingest p99 was
- * 50-105 ms while purging at 1000 against 9-22 ms without, never a 503. 2000 and 5000
- * hold the lock longer per batch (max 180-370 ms) and raised that p99 in some runs (126-294
- * ms); 250 and 500 did not reliably lower it and make purge 2-4 times longer (1000: about
- * 100 s per million events). Runs varied with the machine's other load; see the README.
+ * Rows per purge batch (one short write transaction each): long enough that a million
+ * events purge in minutes, short enough that a running server's inserts wait for the write
+ * lock no longer than a batch. Chosen with bench/purge.mjs (its header has the figures).
  */
 export const DEFAULT_BATCH_SIZE = 1000;
 /** Between batches the write lock is free at least this long, and at least as long as the batch held it. */

@@ -1,6 +1,7 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { loadConfig, type Config, type ConfigOverrides } from '../config/load.js';
-import { isPostgresUrl, openStore } from '../store/open.js';
+import { isPostgresUrl } from '../config/database.js';
+import { openStore } from '../store/open.js';
 import { existsSync } from 'node:fs';
 import { ReceiverError } from '../errors.js';
 import type { Store } from '../store/types.js';

@@ -1,6 +1,7 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { ReceiverError } from '../errors.js';
-import { EVENT_STATUSES, type EventDetail, type EventStatus, type EventSummary } from '../store/ops-types.js';
+import type { EventDetail, EventSummary } from '../store/ops-types.js';
+import { EVENT_STATUSES, isOneOf, type EventStatus } from '../vocabulary.js';
 import { addCommonOptions, configFrom, openStoreFor, positiveInt, printable, printJson, type CommonOptions } from './common.js';
 
 export const DEFAULT_LIST_LIMIT = 50;
@@ -17,10 +18,8 @@ interface ShowOptions extends CommonOptions {
 }
 
 function statusFlag(value: string): EventStatus {
-  if (!(EVENT_STATUSES as readonly string[]).includes(value)) {
-    throw new InvalidArgumentError(`--status must be one of ${EVENT_STATUSES.join(', ')}, e.g. --status dead.`);
-  }
-  return value as EventStatus;
+  if (!isOneOf(EVENT_STATUSES, value)) throw new InvalidArgumentError(`--status must be one of ${EVENT_STATUSES.join(', ')}, e.g. --status dead.`);
+  return value;
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());

@@ -2,6 +2,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Context, Hono } from 'hono';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Secret } from '../config/secret.js';
+import { ATTEMPT_OUTCOMES, DELIVERY_OUTCOMES, RAN_OUTCOMES, SETTLE_STATUSES, type AttemptOutcomeName, type SettleStatus } from '../vocabulary.js';
 import type { DeliveryOutcome } from './ingest.js';
 
 /**
@@ -15,19 +16,8 @@ import type { DeliveryOutcome } from './ingest.js';
  * (see the README's Operations section).
  */
 
-/** Every delivery outcome the ingest handler reports (DeliveryOutcome['outcome']). */
-export const DELIVERY_OUTCOMES: readonly DeliveryOutcome['outcome'][] = [
-  'accepted',
-  'duplicate',
-  'conflict',
-  'handshake',
-  'unauthorized',
-  'too_large',
-  'bad_request',
-  'not_found',
-  'unavailable',
-  'error',
-];
+/** Every delivery outcome the ingest handler reports (defined in src/vocabulary.ts). */
+export { DELIVERY_OUTCOMES };
 
 /**
  * Deliveries to a source name that is not configured are counted under this label,
@@ -47,19 +37,16 @@ export interface QueueSnapshot {
 /** One try of one effect, as the drain reports it (its AttemptOutcome). */
 export interface EffectAttemptObservation {
   route: string;
-  /** ok, failed, skipped (key already done), stale (older version), busy (running elsewhere). */
-  outcome: string;
+  outcome: AttemptOutcomeName;
   durationMs: number;
 }
 
 /** What became of a claimed event, as the drain reports it (its EventOutcome). */
 export interface EventObservation {
-  /** done, retry, dead, lost, interrupted. */
-  status: string;
+  status: SettleStatus;
 }
 
-/** Outcomes in which an effect actually ran (the others take no time worth a histogram). */
-const RAN = new Set(['ok', 'failed']);
+const RAN = new Set(RAN_OUTCOMES);
 
 export interface MetricsOptions {
   /** Configured source names: their series start at 0 so rate() sees the first delivery. */
@@ -118,13 +105,13 @@ export class ReceiverMetrics {
     });
     // Every series exists from the start, so an alert on lost or interrupted claims, or on
     // busy or stale attempts, sees 0 rather than no data.
-    for (const status of ['done', 'retry', 'dead', 'lost', 'interrupted']) this.#settled.labels(status).inc(0);
+    for (const status of SETTLE_STATUSES) this.#settled.labels(status).inc(0);
     for (const source of this.#sources) {
       for (const outcome of DELIVERY_OUTCOMES) this.#deliveries.labels(source, outcome).inc(0);
     }
     for (const route of routes) {
       this.#effectSeconds.zero({ route });
-      for (const outcome of ['ok', 'failed', 'skipped', 'stale', 'busy']) this.#attempts.labels(route, outcome).inc(0);
+      for (const outcome of ATTEMPT_OUTCOMES) this.#attempts.labels(route, outcome).inc(0);
     }
 
     if (queue !== undefined) {

@@ -4,6 +4,7 @@ import type { Config } from '../config/load.js';
 import { ReceiverError } from '../errors.js';
 import type { Store } from '../store/types.js';
 import { addCommonOptions, configFrom, openStoreFor, positiveInt, printJson, type CommonOptions } from './common.js';
+import type { CliIo } from './io.js';
 
 /**
  * Rows per purge batch (one short write transaction each): long enough that a million
@@ -29,7 +30,7 @@ interface PurgeOptions extends CommonOptions {
   json?: boolean;
 }
 
-export function registerPurge(program: Command): void {
+export function registerPurge(program: Command, io: CliIo): void {
   addCommonOptions(program.command('purge'))
     .description('delete finished (done) events older than N days in short batches, safe while `serve` runs; keeps pending, processing and dead events and the effect ledger')
     .option('--days <n>', 'delete done events received more than N days ago', positiveInt('--days'))
@@ -39,9 +40,7 @@ export function registerPurge(program: Command): void {
     .option('--force', 'purge even when --days is shorter than the longest retry horizon of the configured sources')
     .option('--json', 'print one JSON document')
     .addHelpText('after', `\n${PURGE_COST}\n`)
-    .action(async (options: PurgeOptions) => {
-      await purge(options);
-    });
+    .action((options: PurgeOptions) => purge(options, io));
 }
 
 /** The configured source whose sender may retry longest. */
@@ -188,14 +187,14 @@ function describe(report: PurgeReport, options: PurgeOptions): string {
   return `${lines.join('\n')}\n`;
 }
 
-export async function purge(options: PurgeOptions): Promise<void> {
-  const config = configFrom(options, { secrets: false });
+export async function purge(options: PurgeOptions, io: CliIo): Promise<void> {
+  const config = configFrom(options, io.env, { secrets: false });
   checkOptions(options, config);
   const store = await openStoreFor(config);
   try {
-    const report = await runPurge(store, options, Date.now());
-    if (options.json === true) printJson(report);
-    else process.stdout.write(describe(report, options));
+    const report = await runPurge(store, options, io.now());
+    if (options.json === true) printJson(io.stdout, report);
+    else io.stdout.write(describe(report, options));
   } finally {
     await store.close();
   }

@@ -3,6 +3,7 @@ import { moduleOrigin } from '../effects/module.js';
 import { createLogger } from '../log.js';
 import { startReceiver } from '../server.js';
 import { addCommonOptions, configFrom, type CommonOptions } from './common.js';
+import type { CliIo } from './io.js';
 
 interface ServeOptions extends CommonOptions {
   host?: string;
@@ -15,15 +16,13 @@ function portNumber(value: string): number {
   return Number(value);
 }
 
-export function registerServe(program: Command): void {
+export function registerServe(program: Command, io: CliIo): void {
   addCommonOptions(program.command('serve'))
     .description('HTTP ingress and the drain, in one process; SIGTERM stops it cleanly')
     .option('--host <host>', 'address to listen on (overrides "host"; also $RECEIVER_HOST)')
     .option('--port <port>', 'port to listen on, 0 for any free port (overrides "port"; also $RECEIVER_PORT)', portNumber)
     .option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent (overrides "log.level"; also $RECEIVER_LOG_LEVEL)')
-    .action(async (options: ServeOptions) => {
-      await serve(options);
-    });
+    .action((options: ServeOptions) => serve(options, io));
 }
 
 /** A thrown value as one short line: no stack, no properties (they may carry a body). */
@@ -37,8 +36,8 @@ function briefly(e: unknown): string {
  * start-up failure rejects with Error/Try (exit 1, or 2 for configuration), so systemd sees
  * a failed start. What belongs to the process is here: exiting on a bug, and SIGTERM/SIGINT.
  */
-export async function serve(options: ServeOptions): Promise<void> {
-  const config = configFrom(options);
+export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
+  const config = configFrom(options, io.env);
   const logger = createLogger(config.log.level);
   const deliveryLogger = createLogger(config.log.level, 2, { redact: false, perTurn: true });
 

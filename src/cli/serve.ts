@@ -73,7 +73,7 @@ export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
     }
     stopping = true;
     const graceMs = config.shutdownGraceSeconds * 1000;
-    const started = Date.now();
+    const started = io.now();
     logger.info({ signal, graceMs }, 'shutting down');
     let code = 0;
     try {
@@ -82,7 +82,7 @@ export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
       // Logged by stop().
       code = 1;
     }
-    logger.info({ signal, tookMs: Date.now() - started }, 'stopped');
+    logger.info({ signal, tookMs: io.now() - started }, 'stopped');
     process.exit(code);
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));

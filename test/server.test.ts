@@ -142,8 +142,8 @@ describe('startReceiver', () => {
 
       // Missed while "down": listed by the API, never delivered; a later run stores it and the drain runs its effect.
       const missed = await stripe.create('checkout.session.completed', Math.floor(Date.now() / 1000) + 1);
-      await waitFor(() => (existsSync(ran) ? true : undefined), 'the stored event to be drained', 10_000);
-      expect(readFileSync(ran, 'utf8')).toContain(missed.id);
+      // The shell creates the file before cat writes to it: wait for the body itself.
+      await waitFor(() => (existsSync(ran) && readFileSync(ran, 'utf8').includes(missed.id) ? true : undefined), 'the stored event to be drained', 10_000);
       expect(await metricsText()).toContain('receiver_catch_up_events_total{source="shop",outcome="stored"} 1');
       expect(lines.find((l) => l.msg === 'catch-up')).toMatchObject({ source: 'shop', provider: 'stripe' });
 

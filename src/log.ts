@@ -1,5 +1,5 @@
 import { pino, type Logger } from 'pino';
-import { SENSITIVE_HEADERS } from './config/secret.js';
+import { SENSITIVE_HEADERS } from './providers/registry.js';
 
 export type { Logger };
 

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { resolveConfig, type Config } from '../src/config/load.js';
+import { run } from '../src/cli/main.js';
 import { createApp, type AppOptions } from '../src/http/app.js';
 import { SqliteStore } from '../src/store/sqlite/index.js';
 
@@ -85,6 +86,24 @@ export function runCli(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?:
       resolve({ code, stdout, stderr });
     });
   });
+}
+
+/**
+ * Runs a command in this process, as bin/receiver.js would run it: the same parsing, the
+ * same Error/Try reporting and exit code, with stdout and stderr captured and its own
+ * environment (this process's plus `env`) and clock. Much cheaper than a subprocess; a few
+ * tests per command still use runCli, so the exit codes of the real binary stay honest.
+ */
+export async function runInProcess(args: string[], options: { env?: NodeJS.ProcessEnv; now?: () => number } = {}): Promise<CliResult> {
+  let stdout = '';
+  let stderr = '';
+  const code = await run(['node', 'receiver', ...args], {
+    stdout: { write: (text: string) => (stdout += text) },
+    stderr: { write: (text: string) => (stderr += text) },
+    now: options.now ?? Date.now,
+    env: { ...process.env, ...options.env },
+  });
+  return { code, stdout, stderr };
 }
 
 export interface ServeProcess {

@@ -3,6 +3,7 @@ import type { Config } from '../config/load.js';
 import { runCatchUp, type CatchUpProgress, type CatchUpResult } from '../catchup/run.js';
 import { ReceiverError } from '../errors.js';
 import { addCommonOptions, configFrom, openStoreFor, printable, printJson, type CommonOptions } from './common.js';
+import { ExitCode, type CliIo } from './io.js';
 
 interface CatchUpOptions extends CommonOptions {
   since?: string;
@@ -21,44 +22,51 @@ export function parseSince(text: string, now: number): number {
   return at;
 }
 
-export function registerCatchUp(program: Command): void {
+export function registerCatchUp(program: Command, io: CliIo): void {
   addCommonOptions(program.command('catch-up'))
     .description("recover deliveries a sender gave up on, through the sender's API (sources with \"catchUp\")")
     .argument('[source...]', 'sources to catch up (default: every source with "catchUp")')
     .option('--since <when>', 'start here (24h, 7d, or a time) instead of where the last run stopped; may reach before catch-up was configured')
     .option('--dry-run', 'list and count what would be recovered; change nothing, here or at the sender')
     .option('--json', 'print one JSON document')
-    .action(async (names: string[], options: CatchUpOptions) => {
-      const config = configFrom(options);
-      const chosen = chooseSources(config, names);
-      const now = Date.now();
-      const since = options.since === undefined ? undefined : parseSince(options.since, now);
-      const store = await openStoreFor(config);
-      const progress = process.stderr.isTTY === true && options.json !== true ? progressLine : undefined;
-      const results: CatchUpResult[] = [];
-      try {
-        for (const name of chosen) {
-          results.push(
-            await runCatchUp({
-              settings: config.catchUp.get(name)!,
-              source: config.sources.get(name)!,
-              store,
-              routes: config.routes,
-              now,
-              since,
-              dryRun: options.dryRun === true,
-              ...(progress === undefined ? {} : { onProgress: progress }),
-            }),
-          );
-          if (progress !== undefined) process.stderr.write('\r\x1b[K');
-        }
-      } finally {
-        await store.close();
-      }
-      if (options.json === true) printJson({ dryRun: options.dryRun === true, sources: results.map(jsonOf) });
-      else process.stdout.write(describe(results, options.dryRun === true));
-      if (results.some((r) => r.error !== null)) process.exitCode = 1;
-    });
+    .action((names: string[], options: CatchUpOptions) => catchUp(names, options, io));
+}
+
+/**
+ * `receiver catch-up`: one run per chosen source, in turn; the counts on stdout, a progress
+ * line on stderr when it is a terminal. A run that ended in an error has said so in its
+ * output; the command then exits 1.
+ */
+export async function catchUp(names: string[], options: CatchUpOptions, io: CliIo): Promise<void> {
+  const config = configFrom(options, io.env);
+  const chosen = chooseSources(config, names);
+  const now = io.now();
+  const since = options.since === undefined ? undefined : parseSince(options.since, now);
+  const store = await openStoreFor(config);
+  const progress = io.stderr.isTTY === true && options.json !== true ? progressLine(io.stderr) : undefined;
+  const results: CatchUpResult[] = [];
+  try {
+    for (const name of chosen) {
+      results.push(
+        await runCatchUp({
+          settings: config.catchUp.get(name)!,
+          source: config.sources.get(name)!,
+          store,
+          routes: config.routes,
+          now,
+          since,
+          dryRun: options.dryRun === true,
+          ...(progress === undefined ? {} : { onProgress: progress }),
+        }),
+      );
+      if (progress !== undefined) io.stderr.write('\r\x1b[K');
+    }
+  } finally {
+    await store.close();
+  }
+  if (options.json === true) printJson(io.stdout, { dryRun: options.dryRun === true, sources: results.map(jsonOf) });
+  else io.stdout.write(describe(results, options.dryRun === true));
+  if (results.some((r) => r.error !== null)) throw new ExitCode(1);
 }
 
 function chooseSources(config: Config, names: string[]): string[] {
@@ -71,9 +79,11 @@ function chooseSources(config: Config, names: string[]): string[] {
   return [...new Set(names)];
 }
 
-function progressLine(p: CatchUpProgress): void {
-  const what = p.phase === 'listing' ? 'listing' : `${p.listed} listed, ${p.alreadyStored} already stored, ${p.storedNow} stored, ${p.redeliveryAsked} asked, ${p.failed} failed`;
-  process.stderr.write(`\r\x1b[K${p.source}: ${what}`);
+function progressLine(stderr: CliIo['stderr']) {
+  return (p: CatchUpProgress): void => {
+    const what = p.phase === 'listing' ? 'listing' : `${p.listed} listed, ${p.alreadyStored} already stored, ${p.storedNow} stored, ${p.redeliveryAsked} asked, ${p.failed} failed`;
+    stderr.write(`\r\x1b[K${p.source}: ${what}`);
+  };
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());

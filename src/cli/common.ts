@@ -1,9 +1,11 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { loadConfig, type Config, type ConfigOverrides } from '../config/load.js';
-import { isPostgresUrl, openStore } from '../store/open.js';
+import { isPostgresUrl } from '../config/database.js';
+import { openStore } from '../store/open.js';
 import { existsSync } from 'node:fs';
 import { ReceiverError } from '../errors.js';
 import type { Store } from '../store/types.js';
+import type { CliIo } from './io.js';
 
 /** Options every subcommand takes (-c/--config, --db). */
 export interface CommonOptions {
@@ -17,14 +19,14 @@ export function addCommonOptions(cmd: Command): Command {
     .option('--db <path-or-url>', 'database file or postgres:// URL (overrides "database"; also $RECEIVER_DB)');
 }
 
-export function configFrom(options: CommonOptions & Omit<ConfigOverrides, 'config' | 'db' | 'withoutSecrets'>, load: { secrets?: boolean } = {}): Config {
+export function configFrom(options: CommonOptions & Omit<ConfigOverrides, 'config' | 'db' | 'withoutSecrets'>, env: NodeJS.ProcessEnv, load: { secrets?: boolean } = {}): Config {
   const overrides: ConfigOverrides = load.secrets === false ? { withoutSecrets: true } : {};
   if (options.config !== undefined) overrides.config = options.config;
   if (options.db !== undefined) overrides.db = options.db;
   if (options.host !== undefined) overrides.host = options.host;
   if (options.port !== undefined) overrides.port = options.port;
   if (options.logLevel !== undefined) overrides.logLevel = options.logLevel;
-  return loadConfig(overrides);
+  return loadConfig(overrides, env);
 }
 
 /** For one-shot commands: SQLite waits for the lock the whole busy timeout (no server to keep responsive). */
@@ -51,7 +53,6 @@ export function positiveInt(flag: string) {
   };
 }
 
-/** Prints exactly one JSON document on stdout. */
 /**
  * Characters a terminal acts on rather than shows: C0 controls (ESC starts an escape
  * sequence), DEL, C1 controls (U+009B is a one-character CSI) and the bidirectional
@@ -83,7 +84,7 @@ export function printable(text: string, { keepLines = false }: { keepLines?: boo
  * bidirectional controls raw; they are escaped as \uXXXX too (they only occur inside
  * strings), so the document parses to exactly the same values.
  */
-export function printJson(value: unknown): void {
+export function printJson(out: CliIo['stdout'], value: unknown): void {
   const text = JSON.stringify(value, null, 2).replace(CONTROL_IN_JSON, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`);
-  process.stdout.write(`${text}\n`);
+  out.write(`${text}\n`);
 }

@@ -1,7 +1,9 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { ReceiverError } from '../errors.js';
-import { EVENT_STATUSES, type EventDetail, type EventStatus, type EventSummary } from '../store/ops-types.js';
+import type { EventDetail, EventSummary } from '../store/ops-types.js';
+import { EVENT_STATUSES, isOneOf, type EventStatus } from '../vocabulary.js';
 import { addCommonOptions, configFrom, openStoreFor, positiveInt, printable, printJson, type CommonOptions } from './common.js';
+import type { CliIo } from './io.js';
 
 export const DEFAULT_LIST_LIMIT = 50;
 
@@ -17,10 +19,8 @@ interface ShowOptions extends CommonOptions {
 }
 
 function statusFlag(value: string): EventStatus {
-  if (!(EVENT_STATUSES as readonly string[]).includes(value)) {
-    throw new InvalidArgumentError(`--status must be one of ${EVENT_STATUSES.join(', ')}, e.g. --status dead.`);
-  }
-  return value as EventStatus;
+  if (!isOneOf(EVENT_STATUSES, value)) throw new InvalidArgumentError(`--status must be one of ${EVENT_STATUSES.join(', ')}, e.g. --status dead.`);
+  return value;
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
@@ -109,7 +109,7 @@ function table(rows: string[][]): string {
   return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  ')).join('\n');
 }
 
-export function registerEvents(program: Command): void {
+export function registerEvents(program: Command, io: CliIo): void {
   const events = program.command('events').description('inspect stored events');
 
   addCommonOptions(events.command('list'))
@@ -118,46 +118,52 @@ export function registerEvents(program: Command): void {
     .option('--source <source>', 'only events from this source')
     .option('--limit <n>', `at most N events (default ${DEFAULT_LIST_LIMIT})`, positiveInt('--limit'))
     .option('--json', 'print one JSON document (an array)')
-    .action(async (options: ListOptions) => {
-      const config = configFrom(options, { secrets: false });
-      const store = await openStoreFor(config);
-      let list: EventSummary[];
-      try {
-        list = await store.listEvents({ status: options.status, source: options.source, limit: options.limit ?? DEFAULT_LIST_LIMIT });
-      } finally {
-        await store.close();
-      }
-      if (options.json === true) return printJson(list.map(summaryJson));
-      if (list.length === 0) return void process.stdout.write('No events.\n');
-      const rows = [['ID', 'RECEIVED', 'SOURCE', 'DELIVERY ID', 'TYPE', 'STATUS', 'ATTEMPTS', 'LAST ERROR']];
-      for (const e of list) {
-        rows.push([String(e.id), new Date(e.receivedAt).toISOString(), p(e.source), p(e.deliveryId), p(e.eventType), e.status, String(e.attempts), oneLine(e.lastError, 60)]);
-      }
-      process.stdout.write(`${table(rows)}\n`);
-    });
+    .action((options: ListOptions) => listEvents(options, io));
 
   addCommonOptions(events.command('show').argument('<id>', 'event id'))
     .description('one event with its headers, body, attempts and effects')
     .option('--json', 'print one JSON document')
-    .action(async (idText: string, options: ShowOptions) => {
-      if (!/^\d+$/.test(idText) || Number(idText) <= 0) {
-        throw new ReceiverError('usage', `"${idText}" is not an event id (a positive whole number)`, { hint: 'find the id with `receiver events list`' });
-      }
-      const config = configFrom(options, { secrets: false });
-      const store = await openStoreFor(config);
-      let event: EventDetail | undefined;
-      try {
-        event = await store.getEvent(Number(idText));
-      } finally {
-        await store.close();
-      }
-      if (event === undefined) {
-        throw new ReceiverError('not_found', `event ${idText} does not exist (never received, or purged)`, { hint: 'list recent events with `receiver events list`' });
-      }
-      const json = detailJson(event);
-      if (options.json === true) return printJson(json);
-      process.stdout.write(describeEvent(json));
-    });
+    .action((idText: string, options: ShowOptions) => showEvent(idText, options, io));
+}
+
+/** `receiver events list`: stored events, newest first. */
+export async function listEvents(options: ListOptions, io: CliIo): Promise<void> {
+  const config = configFrom(options, io.env, { secrets: false });
+  const store = await openStoreFor(config);
+  let list: EventSummary[];
+  try {
+    list = await store.listEvents({ status: options.status, source: options.source, limit: options.limit ?? DEFAULT_LIST_LIMIT });
+  } finally {
+    await store.close();
+  }
+  if (options.json === true) return printJson(io.stdout, list.map(summaryJson));
+  if (list.length === 0) return void io.stdout.write('No events.\n');
+  const rows = [['ID', 'RECEIVED', 'SOURCE', 'DELIVERY ID', 'TYPE', 'STATUS', 'ATTEMPTS', 'LAST ERROR']];
+  for (const e of list) {
+    rows.push([String(e.id), new Date(e.receivedAt).toISOString(), p(e.source), p(e.deliveryId), p(e.eventType), e.status, String(e.attempts), oneLine(e.lastError, 60)]);
+  }
+  io.stdout.write(`${table(rows)}\n`);
+}
+
+/** `receiver events show <id>`: one event with its headers, body, attempts, effects and conflicts. */
+export async function showEvent(idText: string, options: ShowOptions, io: CliIo): Promise<void> {
+  if (!/^\d+$/.test(idText) || Number(idText) <= 0) {
+    throw new ReceiverError('usage', `"${idText}" is not an event id (a positive whole number)`, { hint: 'find the id with `receiver events list`' });
+  }
+  const config = configFrom(options, io.env, { secrets: false });
+  const store = await openStoreFor(config);
+  let event: EventDetail | undefined;
+  try {
+    event = await store.getEvent(Number(idText));
+  } finally {
+    await store.close();
+  }
+  if (event === undefined) {
+    throw new ReceiverError('not_found', `event ${idText} does not exist (never received, or purged)`, { hint: 'list recent events with `receiver events list`' });
+  }
+  const json = detailJson(event);
+  if (options.json === true) return printJson(io.stdout, json);
+  io.stdout.write(describeEvent(json));
 }
 
 function describeEvent(e: ReturnType<typeof detailJson>): string {

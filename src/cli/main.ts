@@ -8,61 +8,70 @@ import { registerReplay } from './replay.js';
 import { registerSendTest } from './send-test.js';
 import { registerServe } from './serve.js';
 import { registerStats } from './stats.js';
+import { ExitCode, processIo, type CliIo } from './io.js';
 
-/** Exit codes (CONTRACT.md): 0 ok, 1 runtime failure, 2 usage or config error. */
+/** Exit codes (docs/contract.md): 0 ok, 1 runtime failure, 2 usage or config error. */
 export function exitCodeFor(e: unknown): number {
+  if (e instanceof ExitCode) return e.code;
   if (e instanceof ReceiverError) return e.kind === 'config' || e.kind === 'usage' ? 2 : 1;
   if (e instanceof CommanderError) return e.exitCode === 0 ? 0 : 2;
   return 1;
 }
 
-export function buildProgram(): Command {
+export function buildProgram(io: CliIo = processIo()): Command {
   const program = new Command('receiver')
     .description('Self-hosted webhook receiver: verified, deduplicated, durable webhooks, applied exactly once in effect')
     .showHelpAfterError('(run with --help for usage)')
     .exitOverride();
-  program.configureOutput({ writeErr: (s) => process.stderr.write(s) });
-  registerServe(program);
-  registerCheckConfig(program);
-  registerSendTest(program);
-  registerPurge(program);
-  registerReplay(program);
-  registerEvents(program);
-  registerStats(program);
-  registerCatchUp(program);
+  // Set before the subcommands are added: they copy it.
+  program.configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s) });
+  registerServe(program, io);
+  registerCheckConfig(program, io);
+  registerSendTest(program, io);
+  registerPurge(program, io);
+  registerReplay(program, io);
+  registerEvents(program, io);
+  registerStats(program, io);
+  registerCatchUp(program, io);
   // Every subcommand reports bad flags through the same exit path.
   for (const cmd of program.commands) cmd.exitOverride();
   return program;
 }
 
-export async function main(argv: string[]): Promise<void> {
-  const program = buildProgram();
+/**
+ * Runs one command line (`argv` as process.argv: node, script, arguments) and resolves to
+ * its exit code, with errors reported as Error/Try on `io.stderr`. Never exits the process.
+ */
+export async function run(argv: string[], io: CliIo = processIo()): Promise<number> {
+  const program = buildProgram(io);
   try {
     await program.parseAsync(argv);
+    return 0;
   } catch (e) {
-    if (e instanceof CommanderError) {
-      // Commander has already printed its message (or help).
-      process.exitCode = exitCodeFor(e);
-      return;
-    }
-    report(e);
-    process.exitCode = exitCodeFor(e);
+    // Commander has already printed its message (or help); an ExitCode has said its piece.
+    if (!(e instanceof CommanderError) && !(e instanceof ExitCode)) report(e, io);
+    return exitCodeFor(e);
   }
 }
 
-function report(e: unknown): void {
+/** The CLI entry (bin/receiver.js): the process's own streams, clock and environment. */
+export async function main(argv: string[]): Promise<void> {
+  process.exitCode = await run(argv, processIo());
+}
+
+function report(e: unknown, io: CliIo): void {
   if (e instanceof ReceiverError) {
-    process.stderr.write(`Error: ${e.message}\n`);
-    if (e.hint !== undefined) process.stderr.write(`Try: ${e.hint}\n`);
+    io.stderr.write(`Error: ${e.message}\n`);
+    if (e.hint !== undefined) io.stderr.write(`Try: ${e.hint}\n`);
     return;
   }
   if (e instanceof InvalidArgumentError) {
-    process.stderr.write(`Error: ${e.message}\n`);
+    io.stderr.write(`Error: ${e.message}\n`);
     return;
   }
   // Not an error we expected: still one line and a hint, not a stack (RECEIVER_DEBUG=1 adds it).
   const message = e instanceof Error ? e.message : String(e);
-  process.stderr.write(`Error: ${message}\n`);
-  process.stderr.write('Try: this is unexpected; run again with RECEIVER_DEBUG=1 to print where it happened, and report it\n');
-  if (process.env.RECEIVER_DEBUG === '1' && e instanceof Error && e.stack !== undefined) process.stderr.write(`${e.stack}\n`);
+  io.stderr.write(`Error: ${message}\n`);
+  io.stderr.write('Try: this is unexpected; run again with RECEIVER_DEBUG=1 to print where it happened, and report it\n');
+  if (io.env.RECEIVER_DEBUG === '1' && e instanceof Error && e.stack !== undefined) io.stderr.write(`${e.stack}\n`);
 }

@@ -4,15 +4,12 @@ import type { Config } from '../config/load.js';
 import { ReceiverError } from '../errors.js';
 import type { Store } from '../store/types.js';
 import { addCommonOptions, configFrom, openStoreFor, positiveInt, printJson, type CommonOptions } from './common.js';
+import type { CliIo } from './io.js';
 
 /**
- * Rows per purge batch (one short write transaction each), chosen with bench/purge.mjs on
- * 1,000,000 finished events (~1 KB bodies, 2 cores shared with other work): a 1000-row batch
- * took 18-64 ms (median) alone, 5000 rows 88-141 ms; under 50 deliveries/s, ingest p99 was
- * 50-105 ms while purging at 1000 against 9-22 ms without, never a 503. 2000 and 5000
- * hold the lock longer per batch (max 180-370 ms) and raised that p99 in some runs (126-294
- * ms); 250 and 500 did not reliably lower it and make purge 2-4 times longer (1000: about
- * 100 s per million events). Runs varied with the machine's other load; see the README.
+ * Rows per purge batch (one short write transaction each): long enough that a million
+ * events purge in minutes, short enough that a running server's inserts wait for the write
+ * lock no longer than a batch. Chosen with bench/purge.mjs (its header has the figures).
  */
 export const DEFAULT_BATCH_SIZE = 1000;
 /** Between batches the write lock is free at least this long, and at least as long as the batch held it. */
@@ -33,7 +30,7 @@ interface PurgeOptions extends CommonOptions {
   json?: boolean;
 }
 
-export function registerPurge(program: Command): void {
+export function registerPurge(program: Command, io: CliIo): void {
   addCommonOptions(program.command('purge'))
     .description('delete finished (done) events older than N days in short batches, safe while `serve` runs; keeps pending, processing and dead events and the effect ledger')
     .option('--days <n>', 'delete done events received more than N days ago', positiveInt('--days'))
@@ -43,9 +40,7 @@ export function registerPurge(program: Command): void {
     .option('--force', 'purge even when --days is shorter than the longest retry horizon of the configured sources')
     .option('--json', 'print one JSON document')
     .addHelpText('after', `\n${PURGE_COST}\n`)
-    .action(async (options: PurgeOptions) => {
-      await purge(options);
-    });
+    .action((options: PurgeOptions) => purge(options, io));
 }
 
 /** The configured source whose sender may retry longest. */
@@ -192,14 +187,14 @@ function describe(report: PurgeReport, options: PurgeOptions): string {
   return `${lines.join('\n')}\n`;
 }
 
-export async function purge(options: PurgeOptions): Promise<void> {
-  const config = configFrom(options, { secrets: false });
+export async function purge(options: PurgeOptions, io: CliIo): Promise<void> {
+  const config = configFrom(options, io.env, { secrets: false });
   checkOptions(options, config);
   const store = await openStoreFor(config);
   try {
-    const report = await runPurge(store, options, Date.now());
-    if (options.json === true) printJson(report);
-    else process.stdout.write(describe(report, options));
+    const report = await runPurge(store, options, io.now());
+    if (options.json === true) printJson(io.stdout, report);
+    else io.stdout.write(describe(report, options));
   } finally {
     await store.close();
   }

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { ReceiverError } from '../errors.js';
 import type { ReplayRefusal, ReplayResult } from '../store/ops-types.js';
 import { addCommonOptions, configFrom, openStoreFor, printable, printJson, type CommonOptions } from './common.js';
+import type { CliIo } from './io.js';
 
 interface ReplayOptions extends CommonOptions {
   source?: string;
@@ -11,7 +12,7 @@ interface ReplayOptions extends CommonOptions {
   json?: boolean;
 }
 
-export function registerReplay(program: Command): void {
+export function registerReplay(program: Command, io: CliIo): void {
   addCommonOptions(program.command('replay').argument('[id...]', 'event ids (the "id" of the 202 answer, or from `receiver events list`)'))
     .description('put events back to pending for the running server to drain within seconds; effects already done stay skipped unless --force')
     .option('--source <source>', 'with --delivery: the event with this source and delivery id')
@@ -23,9 +24,7 @@ export function registerReplay(program: Command): void {
       'after',
       '\nA replayed event starts a fresh retry count (maxAttempts applies again); its earlier attempts stay in `events show`.\n',
     )
-    .action(async (ids: string[], options: ReplayOptions) => {
-      await replay(ids, options);
-    });
+    .action((ids: string[], options: ReplayOptions) => replay(ids, options, io));
 }
 
 type Target = { ids: number[] } | { source: string; deliveryId: string } | { dead: true };
@@ -81,14 +80,14 @@ export function replayJson(result: ReplayResult) {
   };
 }
 
-export async function replay(ids: string[], options: ReplayOptions): Promise<void> {
-  const config = configFrom(options, { secrets: false });
+export async function replay(ids: string[], options: ReplayOptions, io: CliIo): Promise<void> {
+  const config = configFrom(options, io.env, { secrets: false });
   const target = targetOf(ids, options);
   const force = options.force === true;
   const store = await openStoreFor(config);
   let result: ReplayResult;
   try {
-    const now = Date.now();
+    const now = io.now();
     if ('dead' in target) {
       result = await store.replayDead({ force, now });
     } else if ('source' in target) {
@@ -106,18 +105,18 @@ export async function replay(ids: string[], options: ReplayOptions): Promise<voi
     await store.close();
   }
 
-  if (options.json === true) printJson(replayJson(result));
+  if (options.json === true) printJson(io.stdout, replayJson(result));
   if (result.refused.length > 0) {
     const hint = result.refused.some((r) => r.reason === 'processing') ? 'wait until it finishes (at most until its lease expires), then run the same command again' : undefined;
     throw new ReceiverError('not_found', `nothing was replayed: ${result.refused.map(explain).join('; ')}`, hint === undefined ? {} : { hint });
   }
   if (options.json === true) return;
   if (result.replayed.length === 0) {
-    process.stdout.write('No dead events to replay.\n');
+    io.stdout.write('No dead events to replay.\n');
     return;
   }
   const lines = result.replayed.map((e) => `  ${e.eventId}  ${printable(e.source)}/${printable(e.deliveryId)} (was ${e.previousStatus})`);
-  process.stdout.write(
+  io.stdout.write(
     `Replayed ${result.replayed.length} event(s):\n${lines.join('\n')}\n` +
       'The running server drains them within about a second, with a fresh retry count. ' +
       (force ? 'Forced: effects whose key is already done run again, and the attempts are recorded as forced.\n' : 'Effects already done stay skipped (add --force to run them again).\n'),

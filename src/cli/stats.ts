@@ -3,6 +3,7 @@ import type { Config } from '../config/load.js';
 import type { StoreStats } from '../store/ops-types.js';
 import type { CatchUpState } from '../store/catch-up-types.js';
 import { addCommonOptions, configFrom, openStoreFor, printable, printJson, type CommonOptions } from './common.js';
+import type { CliIo } from './io.js';
 
 const HOUR_MS = 3_600_000;
 
@@ -90,24 +91,27 @@ function describe(j: ReturnType<typeof statsJson>): string {
   return `${out.join('\n')}\n`;
 }
 
-export function registerStats(program: Command): void {
+export function registerStats(program: Command, io: CliIo): void {
   addCommonOptions(program.command('stats'))
     .description('counts by status, duplicates and conflicts, oldest key age against the retry horizons, stuck claims')
     .option('--json', 'print one JSON document')
-    .action(async (options: StatsOptions) => {
-      const config = configFrom(options, { secrets: false });
-      const store = await openStoreFor(config);
-      const now = Date.now();
-      let s: StoreStats;
-      let catchUp: CatchUpState[];
-      try {
-        s = await store.stats(now);
-        catchUp = await store.catchUpStates();
-      } finally {
-        await store.close();
-      }
-      const json = statsJson(s, config, now, catchUp);
-      if (options.json === true) printJson(json);
-      else process.stdout.write(describe(json));
-    });
+    .action((options: StatsOptions) => stats(options, io));
+}
+
+/** `receiver stats`: counts by status, duplicates and conflicts, key ages against the retry horizons, catch-up. */
+export async function stats(options: StatsOptions, io: CliIo): Promise<void> {
+  const config = configFrom(options, io.env, { secrets: false });
+  const store = await openStoreFor(config);
+  const now = io.now();
+  let s: StoreStats;
+  let catchUp: CatchUpState[];
+  try {
+    s = await store.stats(now);
+    catchUp = await store.catchUpStates();
+  } finally {
+    await store.close();
+  }
+  const json = statsJson(s, config, now, catchUp);
+  if (options.json === true) printJson(io.stdout, json);
+  else io.stdout.write(describe(json));
 }

@@ -7,6 +7,7 @@ import { PROVIDER_FIELDS, type Provider, type ResolvedSource } from '../provider
 import { HEADERS_SET_BY_RECEIVER } from '../effects/http.js';
 import { checkTemplate } from '../template.js';
 import { configSchema, HEADER_NAME, type RawConfig, type RouteConfig, type SourceConfig } from './schema.js';
+import { isPostgresUrl } from './database.js';
 import { resolveSecret, type Secret } from './secret.js';
 import { catchUpSenders } from '../catchup/senders.js';
 import type { CatchUpSettings } from '../catchup/types.js';
@@ -258,7 +259,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
   return {
     ...raw,
     file,
-    database: database.startsWith('postgres://') || database.startsWith('postgresql://') || database === ':memory:' ? database : resolve(database),
+    database: isPostgresUrl(database) || database === ':memory:' ? database : resolve(database),
     host,
     port,
     log: { level: level as RawConfig['log']['level'] },

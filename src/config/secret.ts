@@ -77,23 +77,3 @@ export function resolveSecret(ref: string, field: string, env: NodeJS.ProcessEnv
 export function isBlank(value: string): boolean {
   return value.trim() === '';
 }
-
-/** Headers that carry a secret or a signature (lower-cased): never stored, logged or shown. */
-export const SENSITIVE_HEADERS: readonly string[] = [
-  'authorization',
-  'cookie',
-  'proxy-authorization',
-  'x-gitlab-token',
-  'asaas-access-token',
-  'stripe-signature',
-  'x-hub-signature',
-  'x-hub-signature-256',
-  'webhook-signature',
-  'svix-signature',
-  'x-shopify-hmac-sha256',
-  'x-slack-signature',
-  'paddle-signature',
-  'x-signature',
-  'x-twilio-signature',
-  'x-mailwebhook-signature',
-];

@@ -9,6 +9,7 @@ import type { EffectResult } from '../effects/types.js';
 import type { Logger } from '../log.js';
 import type { ClaimedEvent, DrainStore, EffectStart } from '../store/drain-types.js';
 import { nextAttemptAt } from './backoff.js';
+import type { AttemptOutcomeName, SettleStatus } from '../vocabulary.js';
 
 /** One attempt of one route for one event, as logs and metrics see it. */
 export interface AttemptOutcome {
@@ -19,8 +20,8 @@ export interface AttemptOutcome {
   attempt: number;
   route: string;
   effectKey?: string | undefined;
-  /** ok, failed (retryable or not), skipped (key already done), stale (older version), busy (running elsewhere). */
-  outcome: 'ok' | 'failed' | 'skipped' | 'stale' | 'busy';
+  /** See ATTEMPT_OUTCOMES; `failed` whether retryable or not. */
+  outcome: AttemptOutcomeName;
   forced: boolean;
   durationMs: number;
   error?: string | undefined;
@@ -30,7 +31,7 @@ export interface AttemptOutcome {
 export interface EventOutcome {
   eventId: number;
   attempt: number;
-  status: 'done' | 'retry' | 'dead' | 'lost' | 'interrupted';
+  status: SettleStatus;
   nextAttemptAt?: number | undefined;
   error?: string | undefined;
 }

@@ -1,4 +1,6 @@
 import { Worker } from 'node:worker_threads';
+import type { Config } from '../config/load.js';
+import { effectEnvironment } from '../effects/exec.js';
 import { ReceiverError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { Drain, DrainOptions } from './loop.js';
@@ -8,17 +10,22 @@ import type { DrainWorkerInit, FromDrainWorker, ToDrainWorker } from './worker.j
 // compiled worker from either (tests run src; the worker runs compiled JS).
 const WORKER_URL = new URL('../../dist/drain/worker.js', import.meta.url);
 
-/** What `serve` was started with, enough for the drain thread to load the same configuration. */
-export interface ServeConfigOptions {
-  config?: string | undefined;
-  db?: string | undefined;
-  host?: string | undefined;
-  port?: number | undefined;
-  logLevel?: string | undefined;
+/**
+ * The configuration as the drain thread gets it: plain data that crosses to the thread as
+ * is. The sources (providers and their secrets), the metrics and admin tokens and the
+ * catch-up settings (API credentials, sender clients) stay in the main thread; the drain
+ * reads none of them, and exec effects get the environment the main thread computed
+ * without the secrets (execEnv).
+ */
+export type DrainConfig = Omit<Config, 'sources' | 'metrics' | 'admin' | 'catchUp'>;
+
+export function drainConfig(config: Config): DrainConfig {
+  const { sources: _sources, metrics: _metrics, admin: _admin, catchUp: _catchUp, ...rest } = config;
+  return rest;
 }
 
 export interface DrainThreadOptions {
-  options: ServeConfigOptions;
+  config: Config;
   logger: Logger;
   onAttempt?: DrainOptions['onAttempt'];
   onEvent?: DrainOptions['onEvent'];
@@ -41,7 +48,8 @@ export interface DrainThreadOptions {
 export function startDrainThread(o: DrainThreadOptions): Promise<Drain> {
   const signals = new SharedArrayBuffer(8);
   const counts = new Int32Array(signals);
-  const worker = new Worker(WORKER_URL, { workerData: { options: o.options, signals } satisfies DrainWorkerInit });
+  const init: DrainWorkerInit = { config: drainConfig(o.config), execEnv: effectEnvironment(o.config), signals };
+  const worker = new Worker(WORKER_URL, { workerData: init });
   let started = false;
   let stopped: (() => void) | undefined;
   const post = (m: ToDrainWorker) => worker.postMessage(m);

@@ -1,19 +1,20 @@
 /**
  * The drain's own thread in `serve`. The event loop of the main thread reads, verifies and
  * answers deliveries; this one claims, runs effects and settles, on its own database
- * connection (see thread.ts for why). It loads the same configuration the main thread
- * loaded, from the same file, flags and environment.
+ * connection (see thread.ts for why). It runs on the configuration the main thread
+ * loaded (its plain part, DrainConfig), so both threads run on the same one.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { configFrom } from '../cli/common.js';
 import { moduleOrigin } from '../effects/module.js';
 import { createLogger } from '../log.js';
 import { openStore } from '../store/open.js';
 import { startDrain, type AttemptOutcome, type EventOutcome } from './loop.js';
-import type { ServeConfigOptions } from './thread.js';
+import type { DrainConfig } from './thread.js';
 
 export interface DrainWorkerInit {
-  options: ServeConfigOptions;
+  config: DrainConfig;
+  /** The environment exec effects start from: the main thread's, minus the receiver's secrets. */
+  execEnv: NodeJS.ProcessEnv;
   /** [0]: deliveries accepted (main thread adds); [1]: 1 while the drain sleeps, 2 once a wake was posted. */
   signals: SharedArrayBuffer;
 }
@@ -32,7 +33,8 @@ if (parentPort !== null) {
   const port = parentPort;
   const init = workerData as DrainWorkerInit;
   const signals = new Int32Array(init.signals);
-  const config = configFrom(init.options);
+  // The drain reads no source, no metrics or admin token and no catch-up setting (see DrainConfig).
+  const config = { ...init.config, sources: new Map(), metrics: { enabled: false, token: undefined }, admin: undefined, catchUp: new Map() };
   const logger = createLogger(config.log.level);
 
   // A promise a module effect's handler started and did not await: its own mistake, one line
@@ -68,6 +70,7 @@ if (parentPort !== null) {
       config,
       store,
       logger,
+      execEnv: init.execEnv,
       onAttempt: (a) => {
         attempts.push(a);
         later();

@@ -4,10 +4,10 @@ import type { Delivery, ResolvedSource } from '../providers/types.js';
 import { sha256Hex } from '../providers/util.js';
 import type { IngestResult, IngestStore } from '../store/types.js';
 import { readRawRequest } from './body.js';
-import { SENSITIVE_HEADERS } from '../config/secret.js';
+import { SENSITIVE_HEADERS } from '../providers/registry.js';
 import type { RouteConfig } from '../config/schema.js';
 import { anyRouteApplies } from '../effects/routes.js';
-
+import type { DeliveryOutcomeName } from '../vocabulary.js';
 
 const SENSITIVE_HEADER_SET = new Set(SENSITIVE_HEADERS);
 
@@ -21,7 +21,7 @@ export function redactHeaders(headers: Record<string, string>, source: ResolvedS
 /** What happened to one delivery, for logs and metrics. */
 export interface DeliveryOutcome {
   source: string;
-  outcome: 'accepted' | 'duplicate' | 'conflict' | 'handshake' | 'unauthorized' | 'too_large' | 'bad_request' | 'not_found' | 'unavailable' | 'error';
+  outcome: DeliveryOutcomeName;
   status: number;
   eventId?: number;
   deliveryId?: string;

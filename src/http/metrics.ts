@@ -2,6 +2,18 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Context, Hono } from 'hono';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Secret } from '../config/secret.js';
+import {
+  ATTEMPT_OUTCOMES,
+  CATCH_UP_OUTCOMES,
+  CATCH_UP_RESULTS,
+  DELIVERY_OUTCOMES,
+  RAN_OUTCOMES,
+  SETTLE_STATUSES,
+  type AttemptOutcomeName,
+  type CatchUpOutcomeName,
+  type CatchUpResultName,
+  type SettleStatus,
+} from '../vocabulary.js';
 import type { DeliveryOutcome } from './ingest.js';
 
 /**
@@ -15,19 +27,8 @@ import type { DeliveryOutcome } from './ingest.js';
  * (see the README's Operations section).
  */
 
-/** Every delivery outcome the ingest handler reports (DeliveryOutcome['outcome']). */
-export const DELIVERY_OUTCOMES: readonly DeliveryOutcome['outcome'][] = [
-  'accepted',
-  'duplicate',
-  'conflict',
-  'handshake',
-  'unauthorized',
-  'too_large',
-  'bad_request',
-  'not_found',
-  'unavailable',
-  'error',
-];
+/** Every delivery outcome the ingest handler reports (defined in src/vocabulary.ts). */
+export { DELIVERY_OUTCOMES };
 
 /**
  * Deliveries to a source name that is not configured are counted under this label,
@@ -47,19 +48,16 @@ export interface QueueSnapshot {
 /** One try of one effect, as the drain reports it (its AttemptOutcome). */
 export interface EffectAttemptObservation {
   route: string;
-  /** ok, failed, skipped (key already done), stale (older version), busy (running elsewhere). */
-  outcome: string;
+  outcome: AttemptOutcomeName;
   durationMs: number;
 }
 
 /** What became of a claimed event, as the drain reports it (its EventOutcome). */
 export interface EventObservation {
-  /** done, retry, dead, lost, interrupted. */
-  status: string;
+  status: SettleStatus;
 }
 
-/** Outcomes in which an effect actually ran (the others take no time worth a histogram). */
-const RAN = new Set(['ok', 'failed']);
+const RAN = new Set(RAN_OUTCOMES);
 
 export interface MetricsOptions {
   /** Configured source names: their series start at 0 so rate() sees the first delivery. */
@@ -86,14 +84,14 @@ export interface CatchUpObservation {
   error: string | null;
 }
 
-/** receiver_catch_up_events_total's outcome label, by CatchUpObservation field. */
-const CATCH_UP_OUTCOMES = [
-  ['listed', 'listed'],
-  ['alreadyStored', 'already_stored'],
-  ['storedNow', 'stored'],
-  ['redeliveryAsked', 'redelivery_asked'],
-  ['failed', 'failed'],
-] as const;
+/** The CatchUpObservation field each receiver_catch_up_events_total outcome counts. */
+const CATCH_UP_FIELD: Record<CatchUpOutcomeName, 'listed' | 'alreadyStored' | 'storedNow' | 'redeliveryAsked' | 'failed'> = {
+  listed: 'listed',
+  already_stored: 'alreadyStored',
+  stored: 'storedNow',
+  redelivery_asked: 'redeliveryAsked',
+  failed: 'failed',
+};
 
 export class ReceiverMetrics {
   readonly registry = new Registry();
@@ -145,7 +143,7 @@ export class ReceiverMetrics {
     });
     // Every series exists from the start, so an alert on lost or interrupted claims, or on
     // busy or stale attempts, sees 0 rather than no data.
-    for (const status of ['done', 'retry', 'dead', 'lost', 'interrupted']) this.#settled.labels(status).inc(0);
+    for (const status of SETTLE_STATUSES) this.#settled.labels(status).inc(0);
     this.#catchUpRuns = new Counter({
       name: 'receiver_catch_up_runs_total',
       help: "Catch-up runs against a sender's API, by source and result (ok, error)",
@@ -166,8 +164,8 @@ export class ReceiverMetrics {
       registers,
     });
     for (const source of catchUpSources) {
-      for (const result of ['ok', 'error']) this.#catchUpRuns.labels(source, result).inc(0);
-      for (const [, outcome] of CATCH_UP_OUTCOMES) this.#catchUpEvents.labels(source, outcome).inc(0);
+      for (const result of CATCH_UP_RESULTS) this.#catchUpRuns.labels(source, result).inc(0);
+      for (const outcome of CATCH_UP_OUTCOMES) this.#catchUpEvents.labels(source, outcome).inc(0);
       this.#catchUpRequests.labels(source).inc(0);
       this.#catchUpLastOk.labels(source).set(0);
     }
@@ -176,7 +174,7 @@ export class ReceiverMetrics {
     }
     for (const route of routes) {
       this.#effectSeconds.zero({ route });
-      for (const outcome of ['ok', 'failed', 'skipped', 'stale', 'busy']) this.#attempts.labels(route, outcome).inc(0);
+      for (const outcome of ATTEMPT_OUTCOMES) this.#attempts.labels(route, outcome).inc(0);
     }
 
     if (queue !== undefined) {
@@ -233,8 +231,9 @@ export class ReceiverMetrics {
 
   /** serve's catch-up runs (src/catchup/schedule.ts). */
   observeCatchUp(r: CatchUpObservation, now = Date.now()): void {
-    this.#catchUpRuns.labels(r.source, r.error === null ? 'ok' : 'error').inc();
-    for (const [field, outcome] of CATCH_UP_OUTCOMES) this.#catchUpEvents.labels(r.source, outcome).inc(r[field]);
+    const result: CatchUpResultName = r.error === null ? 'ok' : 'error';
+    this.#catchUpRuns.labels(r.source, result).inc();
+    for (const outcome of CATCH_UP_OUTCOMES) this.#catchUpEvents.labels(r.source, outcome).inc(r[CATCH_UP_FIELD[outcome]]);
     this.#catchUpRequests.labels(r.source).inc(r.requests);
     if (r.error === null) this.#catchUpLastOk.labels(r.source).set(now / 1000);
   }

@@ -6,6 +6,7 @@ import { anyMatches, requireHeader, requireJsonObject, stringAt } from './util.j
 /** Asaas: the `asaas-access-token` header carries the webhook's authentication token as is. */
 export const asaas: Provider = {
   name: 'asaas',
+  signatureHeaders: ['asaas-access-token'],
   // 15 attempts over about 13 hours, then the queue pauses; its events are kept 14 days
   // and sent again when the queue is reactivated. Keep keys for those 14 days.
   retryHorizonHours: 336,

@@ -9,6 +9,7 @@ import { anyMatches, decodeSignature, header, hmac, requireHeader } from './util
  */
 export const github: Provider = {
   name: 'github',
+  signatureHeaders: ['x-hub-signature-256', 'x-hub-signature'],
   // No automatic retries; a manual redelivery (kept 3 days in the UI) reuses the GUID.
   retryHorizonHours: 72,
   successStatus: 202,

@@ -12,6 +12,7 @@ import { anyMatches, bodyHashId, header, hmac, jsonBody, stringAt } from './util
  */
 export const gitlab: Provider = {
   name: 'gitlab',
+  signatureHeaders: ['x-gitlab-token', 'webhook-signature'],
   // No automatic retry schedule; "Resend request" from the webhook's recent events keeps
   // the Idempotency-Key. Keep keys as long as the generic default.
   retryHorizonHours: 72,

@@ -44,6 +44,8 @@ export function validateTemplates(options: ResolvedSource['options']): string[] 
 /** Generic HMAC-SHA256: configurable header, prefix, encoding, optional timestamp header. */
 export const hmacSha256: Provider = {
   name: 'hmac-sha256',
+  // The signature header is the source's own `header` setting (redacted per source).
+  signatureHeaders: [],
   retryHorizonHours: 72,
   successStatus: 202,
   needsSecret: true,

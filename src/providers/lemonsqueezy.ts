@@ -6,6 +6,7 @@ import { anyMatches, bodyHashId, decodeSignature, header, hmac, jsonBody, requir
 /** Lemon Squeezy: `X-Signature` is the hex HMAC-SHA256 of the body with the signing secret. */
 export const lemonsqueezy: Provider = {
   name: 'lemonsqueezy',
+  signatureHeaders: ['x-signature'],
   // Three retries with exponential backoff, over minutes.
   retryHorizonHours: 1,
   successStatus: 202,

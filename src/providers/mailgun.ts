@@ -32,6 +32,8 @@ function readSignature(d: Delivery): { sig: MailgunSignature; json: unknown; for
  */
 export const mailgun: Provider = {
   name: 'mailgun',
+  // The signature travels inside the body.
+  signatureHeaders: [],
   // Retries for about 8 hours; only 200 counts as success (406 stops retries).
   retryHorizonHours: 8,
   successStatus: 200,

@@ -20,6 +20,7 @@ function secretsFor(kid: string | undefined, source: ResolvedSource): readonly S
  */
 export const mailwebhook: Provider = {
   name: 'mailwebhook',
+  signatureHeaders: ['x-mailwebhook-signature'],
   // Six attempts within the hour; an event can be replayed from the dashboard later with
   // the same idempotency key. Keep keys as long as the generic default.
   retryHorizonHours: 72,

@@ -4,6 +4,7 @@ import { identifyByTemplate, hmacSha256, validateTemplates } from './hmac-sha256
 /** No verification at all. For local testing only: `serve` warns on every start. */
 export const none: Provider = {
   name: 'none',
+  signatureHeaders: [],
   retryHorizonHours: 72,
   successStatus: 202,
   needsSecret: false,

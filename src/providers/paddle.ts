@@ -15,6 +15,7 @@ function paddleId(prefix: string): string {
  */
 export const paddle: Provider = {
   name: 'paddle',
+  signatureHeaders: ['paddle-signature'],
   // Paddle retries for up to 3 days and counts only 200 as delivered.
   retryHorizonHours: 72,
   successStatus: 200,

@@ -22,3 +22,12 @@ export const providers: ReadonlyMap<string, Provider> = new Map(
 export function providerNames(): string[] {
   return [...providers.keys()].sort();
 }
+
+/** Headers any request may carry a credential in, whichever the sender. */
+const CREDENTIAL_HEADERS = ['authorization', 'cookie', 'proxy-authorization'];
+
+/**
+ * Headers (lower-cased) that carry a secret or a signature: never stored, logged or shown.
+ * Built from every provider's `signatureHeaders`, so a new sender brings its own.
+ */
+export const SENSITIVE_HEADERS: readonly string[] = [...new Set([...CREDENTIAL_HEADERS, ...[...providers.values()].flatMap((p) => p.signatureHeaders)])];

@@ -9,6 +9,7 @@ import { anyMatches, decodeSignature, header, hmac, requireHeader } from './util
  */
 export const shopify: Provider = {
   name: 'shopify',
+  signatureHeaders: ['x-shopify-hmac-sha256'],
   // Shopify retries a failed delivery 8 times over about 4 hours.
   retryHorizonHours: 4,
   successStatus: 202,

@@ -19,6 +19,7 @@ function parseSlackBody(d: Delivery): { json?: unknown; form?: URLSearchParams }
  */
 export const slack: Provider = {
   name: 'slack',
+  signatureHeaders: ['x-slack-signature'],
   // Events API retries 3 times: at once, after 1 minute, after 5 minutes.
   retryHorizonHours: 1,
   successStatus: 202,

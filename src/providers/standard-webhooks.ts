@@ -47,6 +47,7 @@ export function standardWebhooksKeyProblem(secret: string, options: SourceConfig
 /** Standard Webhooks (Svix, Clerk, Resend, Polar): HMAC-SHA256 of `id.timestamp.body`, base64. */
 export const standardWebhooks: Provider = {
   name: 'standard-webhooks',
+  signatureHeaders: ['webhook-signature', 'svix-signature'],
   // Svix retries for about 28 hours; the spec suggests days. Keep keys for three.
   retryHorizonHours: 72,
   successStatus: 202,

@@ -6,6 +6,7 @@ import { anyMatches, checkTolerance, decodeSignature, hmac, jsonContentHash, par
 /** `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>...]`; HMAC-SHA256 of `t.body` keyed by the whole whsec_ string. */
 export const stripe: Provider = {
   name: 'stripe',
+  signatureHeaders: ['stripe-signature'],
   retryHorizonHours: 72,
   successStatus: 202,
   needsSecret: true,

@@ -66,6 +66,7 @@ export function twilioSignedString(url: string, form: string): string {
  */
 export const twilio: Provider = {
   name: 'twilio',
+  signatureHeaders: ['x-twilio-signature'],
   // Twilio retries a failed webhook once (connection overrides can add a few more).
   retryHorizonHours: 1,
   successStatus: 202,

@@ -67,6 +67,11 @@ export type ProviderField = (typeof PROVIDER_FIELDS)[number];
 
 export interface Provider {
   readonly name: string;
+  /**
+   * Headers (lower-cased) that carry this sender's signature or secret: never stored,
+   * logged or shown (the redaction list is built from every provider's, in registry.ts).
+   */
+  readonly signatureHeaders: readonly string[];
   /** How long the sender may keep retrying one delivery. Purge must not forget younger keys. */
   readonly retryHorizonHours: number;
   /** Success code the sender documents (200 for senders that count only 200). */

@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { openSqlite } from '../../src/store/sqlite/open.js';
-import { BIN, runCli, tempDir, writeConfig } from '../helpers.js';
+import { BIN, runCli, runInProcess, tempDir, writeConfig } from '../helpers.js';
 import { FakeStripe, STRIPE_KEY, STRIPE_WHSEC } from './fakes.js';
 
 const SCRIPT = '/usr/bin/script';
@@ -31,6 +31,19 @@ describe('receiver catch-up on a terminal and in a pipe', () => {
     expect(r.code).toBe(0);
     expect(r.stderr).toBe('');
     expect(r.stdout).toMatch(/^shop \(stripe, from \S+\): listed 0, already stored 0, stored now 0, failed 0\n$/);
+  });
+
+  it('in-process, on its CliIo: its clock and environment; a refused credential is reported in the counts and exits 1', async () => {
+    const now = Date.parse('2030-01-02T03:04:05Z');
+    const ok = await runInProcess(['catch-up', '-c', file, '--dry-run', '--json'], { env: { STRIPE_API_KEY: STRIPE_KEY }, now: () => now });
+    expect(ok.code).toBe(0);
+    expect(ok.stderr).toBe('');
+    expect(JSON.parse(ok.stdout)).toMatchObject({ dryRun: true, sources: [{ source: 'shop', from: '2030-01-02T03:04:05.000Z', error: null }] });
+    const refused = await runInProcess(['catch-up', '-c', file], { env: { STRIPE_API_KEY: 'rk_test_wrong' } });
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toBe('');
+    expect(refused.stdout).toMatch(/^shop \(stripe, from \S+\): .*\n {2}error: .+\n/);
+    expect(refused.stdout).not.toContain('rk_test_wrong');
   });
 
   it.skipIf(!existsSync(SCRIPT))('on a terminal: a progress line on stderr, cleared before the counts', async () => {

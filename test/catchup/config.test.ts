@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { describeConfig } from '../../src/cli/check-config.js';
+import { describeConfig } from '../../src/config/describe.js';
 import { effectEnvironment } from '../../src/effects/exec.js';
 import { isReceiverError } from '../../src/errors.js';
 import { makeConfig, tempDir } from '../helpers.js';

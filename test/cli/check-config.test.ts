@@ -1,8 +1,8 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
-import { runCli, tempDir, writeConfig } from '../helpers.js';
+import { runCli, runInProcess, tempDir, writeConfig } from '../helpers.js';
 
-/** `receiver check-config` as a subprocess: exit codes, output, and no secret ever printed. */
+/** `receiver check-config`, in-process and as a subprocess: exit codes, output, and no secret ever printed. */
 
 const ENV_SECRET = 'whsec_envsecret_4f1b2c';
 const OLD_SECRET = 'gh-old-secret-9a8b7c';
@@ -70,7 +70,7 @@ describe('receiver check-config', () => {
   it('--json prints exactly one JSON document with sources, routes and counts of secrets', async () => {
     const d = dir();
     const file = writeConfig(d, valid(d));
-    const r = await runCli(['check-config', '-c', file, '--json'], { env });
+    const r = await runInProcess(['check-config', '-c', file, '--json'], { env });
     expect(r.code).toBe(0);
     const doc = JSON.parse(r.stdout) as {
       sources: { name: string; provider: string; secrets: number }[];
@@ -101,13 +101,13 @@ describe('receiver check-config', () => {
         tuned: { provider: 'github', secret: LITERAL, successStatus: 204, retryHorizonHours: 12.5 },
       },
     });
-    const human = await runCli(['check-config', '-c', file], { env });
+    const human = await runInProcess(['check-config', '-c', file], { env });
     expect(human.code).toBe(0);
     expect(human.stdout).toMatch(/^ {2}stripe: stripe, 1 secret\(s\), answers 202, retry horizon 72 h$/m);
     expect(human.stdout).toMatch(/^ {2}shopify: shopify, 1 secret\(s\), answers 202, retry horizon 4 h$/m);
     expect(human.stdout).toMatch(/^ {2}mailgun: mailgun, 1 secret\(s\), answers 200, retry horizon 8 h$/m);
     expect(human.stdout).toMatch(/^ {2}tuned: github, 1 secret\(s\), answers 204, retry horizon 12\.5 h$/m);
-    const json = await runCli(['check-config', '-c', file, '--json'], { env });
+    const json = await runInProcess(['check-config', '-c', file, '--json'], { env });
     const doc = JSON.parse(json.stdout) as { sources: { name: string; successStatus: number; retryHorizonHours: number }[] };
     expect(doc.sources.map((s) => [s.name, s.successStatus, s.retryHorizonHours])).toEqual([
       ['stripe', 202, 72],
@@ -136,7 +136,9 @@ describe('receiver check-config', () => {
       if (typeof content === 'string') writeFileSync(file, content);
       else writeConfig(d, content);
       for (const json of [false, true]) {
-        const r = await runCli(['check-config', '-c', file, ...(json ? ['--json'] : [])], { env: runEnv });
+        // The first case also as the real binary, for its exit code; the others in-process.
+        const runner = what === invalid[0]![0] ? runCli : runInProcess;
+        const r = await runner(['check-config', '-c', file, ...(json ? ['--json'] : [])], { env: runEnv });
         expect(r.code).toBe(2);
         expect(r.stdout).toBe('');
         expect(r.stderr).toMatch(message);

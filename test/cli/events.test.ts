@@ -1,10 +1,10 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type Database from 'better-sqlite3';
-import { runCli, tempDir, writeConfig } from '../helpers.js';
+import { runCli, runInProcess, tempDir, writeConfig } from '../helpers.js';
 import { DAY, insertAttempt, insertConflict, insertEffect, insertEvent, seedDb } from '../store/ops-seed.js';
 
-/** `receiver events list` and `events show` as subprocesses: JSON shapes and exit codes. */
+/** `receiver events list` and `events show`, in-process (exit codes also as subprocesses): JSON shapes and exit codes. */
 describe('receiver events', () => {
   const tmp = tempDir();
   let config: string;
@@ -31,7 +31,7 @@ describe('receiver events', () => {
   });
 
   it('list --json: newest first, exactly one JSON array with the contract fields', async () => {
-    const r = await runCli(['events', 'list', '-c', config, '--json']);
+    const r = await runInProcess(['events', 'list', '-c', config, '--json']);
     expect(r.code).toBe(0);
     const list = JSON.parse(r.stdout);
     expect(list.map((e: { id: number }) => e.id)).toEqual([...ids].reverse());
@@ -52,20 +52,20 @@ describe('receiver events', () => {
   });
 
   it('list filters by --status, --source and --limit; a bad --status is exit 2 naming the flag', async () => {
-    const dead = JSON.parse((await runCli(['events', 'list', '-c', config, '--status', 'dead', '--json'])).stdout);
+    const dead = JSON.parse((await runInProcess(['events', 'list', '-c', config, '--status', 'dead', '--json'])).stdout);
     expect(dead.map((e: { id: number }) => e.id)).toEqual([ids[1]]);
-    const stripe = JSON.parse((await runCli(['events', 'list', '-c', config, '--source', 'stripe', '--limit', '1', '--json'])).stdout);
+    const stripe = JSON.parse((await runInProcess(['events', 'list', '-c', config, '--source', 'stripe', '--limit', '1', '--json'])).stdout);
     expect(stripe.map((e: { id: number }) => e.id)).toEqual([ids[2]]);
-    const bad = await runCli(['events', 'list', '-c', config, '--status', 'failed']);
+    const bad = await runInProcess(['events', 'list', '-c', config, '--status', 'failed']);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('--status must be one of pending, processing, done, dead');
-    const human = await runCli(['events', 'list', '-c', config]);
+    const human = await runInProcess(['events', 'list', '-c', config]);
     expect(human.stdout.split('\n')[0]).toMatch(/^ID\s+RECEIVED\s+SOURCE\s+DELIVERY ID\s+TYPE\s+STATUS\s+ATTEMPTS\s+LAST ERROR$/);
     expect(human.stdout).toContain('gh-2');
   });
 
   it('show --json: headers, UTF-8 body, attempts joined to the effect ledger, conflicts', async () => {
-    const r = await runCli(['events', 'show', '-c', config, String(ids[0]), '--json']);
+    const r = await runInProcess(['events', 'show', '-c', config, String(ids[0]), '--json']);
     expect(r.code).toBe(0);
     const e = JSON.parse(r.stdout);
     expect(e).toMatchObject({
@@ -89,9 +89,9 @@ describe('receiver events', () => {
   });
 
   it('show: a body that is not UTF-8 comes as base64 with its encoding; human output prints the event', async () => {
-    const r = await runCli(['events', 'show', '-c', config, String(ids[2]), '--json']);
+    const r = await runInProcess(['events', 'show', '-c', config, String(ids[2]), '--json']);
     expect(JSON.parse(r.stdout)).toMatchObject({ body: Buffer.from([0xff, 0xfe, 0x00, 0x41]).toString('base64'), bodyEncoding: 'base64', attemptLog: [], effects: [] });
-    const human = await runCli(['events', 'show', '-c', config, String(ids[0])]);
+    const human = await runInProcess(['events', 'show', '-c', config, String(ids[0])]);
     expect(human.code).toBe(0);
     expect(human.stdout).toContain(`event ${ids[0]}: stripe / evt_1 (invoice.paid)`);
     expect(human.stdout).toContain('issue-licence:cus_9: done, 1 run(s)');
@@ -121,12 +121,12 @@ describe('receiver events', () => {
     const raw = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202e]/;
 
     it('list and show print them escaped, never raw', async () => {
-      const list = await runCli(['events', 'list', '-c', config]);
+      const list = await runInProcess(['events', 'list', '-c', config]);
       expect(list.code).toBe(0);
       expect(list.stdout).not.toMatch(raw);
       expect(list.stdout).toContain('evt_\\x1b]0;pwned\\x07\\x1b[2J\\x0d\\x0afake line');
       expect(list.stdout).toContain('order.\\x9b31mpaid');
-      const show = await runCli(['events', 'show', '-c', config, String(evil)]);
+      const show = await runInProcess(['events', 'show', '-c', config, String(evil)]);
       expect(show.code).toBe(0);
       expect(show.stdout).not.toMatch(raw);
       expect(show.stdout).toContain(`event ${evil}: stripe / evt_\\x1b]0;pwned\\x07\\x1b[2J\\x0d\\x0afake line (order.\\x9b31mpaid)`);
@@ -137,15 +137,15 @@ describe('receiver events', () => {
     });
 
     it('show prints the output of a successful attempt', async () => {
-      const show = await runCli(['events', 'show', '-c', config, String(evil)]);
+      const show = await runInProcess(['events', 'show', '-c', config, String(evil)]);
       expect(show.stdout).toMatch(/#1 \S+ mail mail:\\x1b\[8mhidden ok\n {4}output:\n {6}licence sent to \\x1b\[1ma@example\.com\\x1b\[0m\n {6}mailer: 250 OK\n/);
     });
 
     it('--json keeps every value exact, with C1 and bidi controls escaped as \\u in the document', async () => {
-      const list = await runCli(['events', 'list', '-c', config, '--json']);
+      const list = await runInProcess(['events', 'list', '-c', config, '--json']);
       expect(list.stdout).not.toMatch(raw);
       expect(JSON.parse(list.stdout)[0]).toMatchObject({ id: evil, deliveryId: ID, eventType: TYPE });
-      const show = await runCli(['events', 'show', '-c', config, String(evil), '--json']);
+      const show = await runInProcess(['events', 'show', '-c', config, String(evil), '--json']);
       expect(show.stdout).not.toMatch(raw);
       expect(JSON.parse(show.stdout)).toMatchObject({ deliveryId: ID, eventType: TYPE, headers: { 'x-name': 'abc\u202edcba' }, body: BODY, attemptLog: [{ output: OUTPUT, effectKey: 'mail:\u001b[8mhidden' }] });
     });

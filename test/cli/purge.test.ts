@@ -1,10 +1,10 @@
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type Database from 'better-sqlite3';
-import { runCli, tempDir, writeConfig } from '../helpers.js';
+import { runCli, runInProcess, tempDir, writeConfig } from '../helpers.js';
 import { count, DAY, insertAttempt, insertConflict, insertEffect, insertEvent, seedDb } from '../store/ops-seed.js';
 
-/** `receiver purge` as a subprocess, judged by exit code, output and the rows left. */
+/** `receiver purge`, in-process (refusals also as subprocesses), judged by exit code, output and the rows left. */
 describe('receiver purge', () => {
   let tmp: ReturnType<typeof tempDir>;
   let config: string;
@@ -56,14 +56,14 @@ describe('receiver purge', () => {
   });
 
   it('--force purges inside the horizon', async () => {
-    const r = await runCli(['purge', '-c', config, '--days', '1', '--force', '--json']);
+    const r = await runInProcess(['purge', '-c', config, '--days', '1', '--force', '--json']);
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout).purged).toBe(5);
     expect(left()).toEqual(['old-pending', 'old-processing', 'old-dead']);
   });
 
   it('--dry-run counts without deleting', async () => {
-    const r = await runCli(['purge', '-c', config, '--days', '30', '--bodies-days', '10', '--dry-run', '--json']);
+    const r = await runInProcess(['purge', '-c', config, '--days', '30', '--bodies-days', '10', '--dry-run', '--json']);
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout)).toMatchObject({ purged: 3, bodiesDropped: 1, dryRun: true, batches: 0 });
     expect(left()).toHaveLength(8);
@@ -71,7 +71,7 @@ describe('receiver purge', () => {
   });
 
   it('deletes old done events in batches with their attempts and conflicts; keeps pending, processing, dead, young events and the whole ledger; exact JSON', async () => {
-    const r = await runCli(['purge', '-c', config, '--days', '30', '--batch-size', '2', '--json']);
+    const r = await runInProcess(['purge', '-c', config, '--days', '30', '--batch-size', '2', '--json']);
     expect(r.code).toBe(0);
     expect(r.stderr).toBe('');
     const out = JSON.parse(r.stdout);
@@ -97,12 +97,12 @@ describe('receiver purge', () => {
     expect(count(db, `SELECT count(*) FROM effects`)).toBe(8);
 
     // Nothing older is left: a second run purges nothing.
-    const again = await runCli(['purge', '-c', config, '--days', '30', '--json']);
+    const again = await runInProcess(['purge', '-c', config, '--days', '30', '--json']);
     expect(JSON.parse(again.stdout)).toMatchObject({ purged: 0, batches: 1 });
   });
 
   it('tiered retention: --bodies-days drops body and headers of finished events but keeps their rows and keys', async () => {
-    const r = await runCli(['purge', '-c', config, '--days', '30', '--bodies-days', '10', '--json']);
+    const r = await runInProcess(['purge', '-c', config, '--days', '30', '--bodies-days', '10', '--json']);
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout)).toMatchObject({ purged: 3, bodiesDropped: 1, bodiesDroppedBefore: expect.any(String) });
     expect(left()).toEqual(['old-pending', 'old-processing', 'old-dead', 'mid-done', 'young-done']);
@@ -117,14 +117,14 @@ describe('receiver purge', () => {
     expect(db.prepare(`SELECT body IS NULL FROM conflicts WHERE event_id = ?`).pluck().get(ids.midDone)).toBe(1);
     expect(db.prepare(`SELECT body IS NULL FROM conflicts WHERE event_id = ?`).pluck().get(ids.oldDead)).toBe(0);
     // Bodies only: no --days needed, and no horizon guard (keys are kept).
-    const bodiesOnly = await runCli(['purge', '-c', config, '--bodies-days', '1', '--json']);
+    const bodiesOnly = await runInProcess(['purge', '-c', config, '--bodies-days', '1', '--json']);
     expect(bodiesOnly.code).toBe(0);
     expect(JSON.parse(bodiesOnly.stdout)).toMatchObject({ purged: 0, bodiesDropped: 1, purgedBefore: null });
     expect(left()).toHaveLength(5);
   });
 
   it('says in its human output what purging costs', async () => {
-    const r = await runCli(['purge', '-c', config, '--days', '30']);
+    const r = await runInProcess(['purge', '-c', config, '--days', '30']);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain('Purged 3 done event(s) older than 30 day(s)');
     expect(r.stdout).toContain('with 3 attempt(s) and 1 conflict(s)');
@@ -137,10 +137,10 @@ describe('receiver purge', () => {
     expect(none.code).toBe(2);
     expect(none.stderr).toContain('purge needs --days N');
     expect(none.stderr).toContain('Try: receiver purge --days 30');
-    const bad = await runCli(['purge', '-c', config, '--days', '30', '--batch-size', '0']);
+    const bad = await runInProcess(['purge', '-c', config, '--days', '30', '--batch-size', '0']);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('--batch-size must be a positive whole number');
-    const longer = await runCli(['purge', '-c', config, '--days', '30', '--bodies-days', '40']);
+    const longer = await runInProcess(['purge', '-c', config, '--days', '30', '--bodies-days', '40']);
     expect(longer.code).toBe(2);
     expect(longer.stderr).toContain('--bodies-days 40 is longer than --days 30');
     expect(left()).toHaveLength(8);

@@ -1,10 +1,10 @@
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type Database from 'better-sqlite3';
-import { runCli, tempDir, writeConfig } from '../helpers.js';
+import { runCli, runInProcess, tempDir, writeConfig } from '../helpers.js';
 import { DAY, insertAttempt, insertEvent, seedDb } from '../store/ops-seed.js';
 
-/** `receiver replay` as a subprocess, judged by exit code, output and the rows it changed. */
+/** `receiver replay`, in-process (an unknown id also as a subprocess), judged by exit code, output and the rows it changed. */
 describe('receiver replay', () => {
   let tmp: ReturnType<typeof tempDir>;
   let config: string;
@@ -35,7 +35,7 @@ describe('receiver replay', () => {
     };
 
   it('by id: back to pending now with a fresh retry count, last_error and attempt history kept', async () => {
-    const r = await runCli(['replay', '-c', config, String(ids.dead1), '--json']);
+    const r = await runInProcess(['replay', '-c', config, String(ids.dead1), '--json']);
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout)).toEqual({
       replayed: [{ id: ids.dead1, source: 'stripe', deliveryId: 'evt_dead_1', previousStatus: 'dead', force: false }],
@@ -50,7 +50,7 @@ describe('receiver replay', () => {
   });
 
   it('human output says what happens next', async () => {
-    const r = await runCli(['replay', '-c', config, String(ids.done), String(ids.dead2)]);
+    const r = await runInProcess(['replay', '-c', config, String(ids.done), String(ids.dead2)]);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain('Replayed 2 event(s)');
     expect(r.stdout).toContain(`${ids.done}  stripe/evt_done (was done)`);
@@ -59,27 +59,27 @@ describe('receiver replay', () => {
   });
 
   it('by --source and --delivery', async () => {
-    const r = await runCli(['replay', '-c', config, '--source', 'stripe', '--delivery', 'evt_done', '--json']);
+    const r = await runInProcess(['replay', '-c', config, '--source', 'stripe', '--delivery', 'evt_done', '--json']);
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout).replayed).toEqual([{ id: ids.done, source: 'stripe', deliveryId: 'evt_done', previousStatus: 'done', force: false }]);
     expect(row(ids.done).status).toBe('pending');
-    const unknown = await runCli(['replay', '-c', config, '--source', 'stripe', '--delivery', 'evt_nope']);
+    const unknown = await runInProcess(['replay', '-c', config, '--source', 'stripe', '--delivery', 'evt_nope']);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toContain('no event from source "stripe" with delivery id "evt_nope"');
   });
 
   it('--dead replays every dead event and nothing else', async () => {
-    const r = await runCli(['replay', '-c', config, '--dead', '--json']);
+    const r = await runInProcess(['replay', '-c', config, '--dead', '--json']);
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout).replayed.map((e: { id: number }) => e.id)).toEqual([ids.dead1, ids.dead2]);
     expect([row(ids.dead1).status, row(ids.dead2).status, row(ids.done).status, row(ids.live).status]).toEqual(['pending', 'pending', 'done', 'processing']);
-    const none = await runCli(['replay', '-c', config, '--dead']);
+    const none = await runInProcess(['replay', '-c', config, '--dead']);
     expect(none.code).toBe(0);
     expect(none.stdout).toBe('No dead events to replay.\n');
   });
 
   it('--force sets force_effects so the drain re-runs effects already done', async () => {
-    const r = await runCli(['replay', '-c', config, String(ids.done), '--force']);
+    const r = await runInProcess(['replay', '-c', config, String(ids.done), '--force']);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain('Forced: effects whose key is already done run again');
     expect(row(ids.done)).toMatchObject({ status: 'pending', force_effects: 1 });
@@ -93,7 +93,7 @@ describe('receiver replay', () => {
   });
 
   it('an event being processed right now: clear message naming the lease, exit 1; once its lease expired it can be replayed', async () => {
-    const r = await runCli(['replay', '-c', config, String(ids.live), '--json']);
+    const r = await runInProcess(['replay', '-c', config, String(ids.live), '--json']);
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(`event ${ids.live} is being processed right now (lease held by drain-a until`);
     expect(r.stderr).toContain('Try: wait until it finishes');
@@ -101,14 +101,14 @@ describe('receiver replay', () => {
     expect(row(ids.live).status).toBe('processing');
 
     db.prepare(`UPDATE events SET lease_expires_at = ? WHERE id = ?`).run(now - 1000, ids.live);
-    const later = await runCli(['replay', '-c', config, String(ids.live)]);
+    const later = await runInProcess(['replay', '-c', config, String(ids.live)]);
     expect(later.code).toBe(0);
     expect(row(ids.live)).toMatchObject({ status: 'pending', lease_owner: null });
   });
 
   it('usage errors (exit 2): no target, two targets, a bad id, --source without --delivery', async () => {
     for (const args of [[], [String(ids.done), '--dead'], ['abc'], ['--source', 'stripe']]) {
-      const r = await runCli(['replay', '-c', config, ...args]);
+      const r = await runInProcess(['replay', '-c', config, ...args]);
       expect(r.code, args.join(' ')).toBe(2);
       expect(r.stderr).toMatch(/Error: .*(exactly one of|not an event id|--delivery is missing)/);
     }

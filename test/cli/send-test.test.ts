@@ -4,9 +4,9 @@ import { createServer as createTcpServer, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { mkdirSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
-import { runCli, startServe, tempDir, writeConfig } from '../helpers.js';
+import { runCli, runInProcess, startServe, tempDir, writeConfig } from '../helpers.js';
 
-/** `receiver send-test` as a subprocess: what it prints, its exit codes, and what the server stored. */
+/** `receiver send-test`, in-process and as a subprocess (its exit codes): what it prints, and what the server stored. */
 
 const SECRET = 'send-test-gh-secret-4e1a';
 const env = { SEND_TEST_GH_SECRET: SECRET };
@@ -32,7 +32,7 @@ describe('receiver send-test', () => {
     const file = writeConfig(d, { sources: { gh: source } });
     const serve = await startServe(file, { env });
     try {
-      const r = await runCli(['send-test', 'gh', '-c', file, '--url', `${serve.url}/`], { env });
+      const r = await runInProcess(['send-test', 'gh', '-c', file, '--url', `${serve.url}/`], { env });
       expect(r.stderr).toBe('');
       expect(r.code).toBe(0);
       expect(r.stdout).toBe(`POST ${serve.url}/webhooks/gh -> 202 {"status":"accepted","id":1}\n`);
@@ -67,7 +67,7 @@ describe('receiver send-test', () => {
     const port = await listen(server);
     try {
       const file = writeConfig(dir(), { host: '0.0.0.0', port, sources: { gh: source } });
-      const r = await runCli(['send-test', 'gh', '-c', file], { env });
+      const r = await runInProcess(['send-test', 'gh', '-c', file], { env });
       expect(r.code).toBe(0);
       expect(r.stdout).toBe(`POST http://127.0.0.1:${port}/webhooks/gh -> 202 {"status":"accepted","id":7}\n`);
       expect(seen).toHaveLength(1);

@@ -4,7 +4,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'n
 import { createServer, type Server } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
-import { startupWarnings } from '../../src/cli/serve.js';
+import { startupWarnings } from '../../src/server.js';
 import { assertWritable } from '../../src/store/sqlite/open.js';
 import { IngestThread } from '../../src/store/sqlite/ingest-thread.js';
 import { BIN, makeConfig, post, REPO, runCli, startServe, tempDir, writeConfig, type CliResult } from '../helpers.js';

@@ -5,7 +5,7 @@ import { connect } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
 import { github } from '../../src/providers/github.js';
 import { configSchema } from '../../src/config/schema.js';
-import { serverTimeouts } from '../../src/cli/serve.js';
+import { serverTimeouts } from '../../src/server.js';
 import { REPO, startServe, tempDir, writeConfig } from '../helpers.js';
 
 /**

@@ -1,10 +1,10 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type Database from 'better-sqlite3';
-import { runCli, tempDir, writeConfig } from '../helpers.js';
+import { runCli, runInProcess, tempDir, writeConfig } from '../helpers.js';
 import { HOUR, insertConflict, insertEffect, insertEvent, seedDb } from '../store/ops-seed.js';
 
-/** `receiver stats` as a subprocess: the JSON document's shape and figures. */
+/** `receiver stats`, as a subprocess and in-process: the JSON document's shape and figures. */
 describe('receiver stats', () => {
   const tmp = tempDir();
   let config: string;
@@ -60,12 +60,21 @@ describe('receiver stats', () => {
   });
 
   it('human output names stuck claims, dead events and the horizons', async () => {
-    const r = await runCli(['stats', '-c', config]);
+    const r = await runInProcess(['stats', '-c', config]);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain('events: 6 (pending 1, processing 2, done 2, dead 1)');
     expect(r.stdout).toContain('stuck claims: 1 processing event(s) past their lease');
     expect(r.stdout).toContain('dead: 1 event(s)');
     expect(r.stdout).toMatch(/stripe: 10(\.\d)? h old \(3 event\(s\)\), horizon 72 h, younger than the horizon/);
     expect(r.stdout).toMatch(/github: 20(\.\d)? h old \(2 event\(s\)\), horizon 8 h, covered/);
+  });
+
+  it('reads the time from its clock: key ages and "at" follow it, nothing else does', async () => {
+    const later = now + 100 * HOUR;
+    const r = await runInProcess(['stats', '-c', config, '--json'], { now: () => later });
+    expect(r.code).toBe(0);
+    const s = JSON.parse(r.stdout) as { at: string; sources: { source: string; oldestKeyAgeHours: number | null; keysCoverHorizon: boolean | null }[] };
+    expect(s.at).toBe(new Date(later).toISOString());
+    expect(s.sources.find((x) => x.source === 'stripe')).toMatchObject({ oldestKeyAgeHours: 110, keysCoverHorizon: true });
   });
 });

@@ -7,7 +7,7 @@ import { clock, drainDue, harness, inspect, lines, newEvent, type Harness } from
 import { Secret } from '../../src/config/secret.js';
 import { bearerMatches, metricsRoute, ReceiverMetrics } from '../../src/http/metrics.js';
 import { hmac } from '../../src/providers/util.js';
-import { queueSnapshot } from '../../src/cli/serve.js';
+import { queueSnapshot } from '../../src/server.js';
 import { makeConfig, post, startApp, startServe, tempDir, writeConfig, type RunningApp } from '../helpers.js';
 
 const SECRET = 'metrics-shop-secret';

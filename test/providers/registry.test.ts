@@ -6,7 +6,7 @@ import { startSources, type Harness } from './harness.js';
 
 const NOW = Date.UTC(2025, 4, 1, 12, 0, 0);
 
-// From PROVIDERS.md and the senders' documentation (see each provider's comment).
+// From the README's provider table and the senders' documentation (see each provider's comment).
 const DOCUMENTED: Record<string, { retryHorizonHours: number; successStatus: number }> = {
   stripe: { retryHorizonHours: 72, successStatus: 202 },
   github: { retryHorizonHours: 72, successStatus: 202 },
@@ -28,7 +28,7 @@ const DOCUMENTED: Record<string, { retryHorizonHours: number; successStatus: num
 const OPTIONS: Record<string, Record<string, unknown>> = { 'hmac-sha256': { header: 'X-Signature', timestampHeader: 'X-Timestamp' } };
 
 describe('provider registry', () => {
-  it('has every sender of PROVIDERS.md, with its documented retry horizon and success code', () => {
+  it('has every sender of the README provider table, with its documented retry horizon and success code', () => {
     expect(providerNames()).toEqual(Object.keys(DOCUMENTED).sort());
     for (const [name, want] of Object.entries(DOCUMENTED)) {
       const p = providers.get(name);

@@ -2,10 +2,10 @@ import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PostgresStore } from '../../src/store/postgres/index.js';
 import type { NewEvent } from '../../src/store/types.js';
-import { runCli, tempDir, writeConfig } from '../helpers.js';
+import { runInProcess, tempDir, writeConfig } from '../helpers.js';
 import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
 
-/** purge, replay, events and stats as subprocesses against a postgres:// database (`--db`). */
+/** purge, replay, events and stats, in-process, against a postgres:// database (`--db`). */
 
 const pgOk = await postgresAvailable();
 if (!pgOk) {
@@ -37,7 +37,7 @@ describe.runIf(pgOk)('CLI on PostgreSQL', () => {
   let config: string;
   const ids: Record<string, number> = {};
   const cli = async (...args: string[]) => {
-    const r = await runCli([...args, '-c', config, '--db', db.url]);
+    const r = await runInProcess([...args, '-c', config, '--db', db.url]);
     expect(r.stderr).not.toMatch(/error/i);
     expect(r.code).toBe(0);
     return JSON.parse(r.stdout) as unknown;

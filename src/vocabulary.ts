@@ -1,0 +1,65 @@
+/**
+ * The receiver's closed lists of words, each defined once here; the types are derived from
+ * them, and types, metrics labels, log lines and CLI flags use them (docs/contract.md lists
+ * them for scripts). The SQLite CHECK constraints of the migrations spell the event and
+ * effect statuses out in SQL; test/vocabulary.test.ts holds them to these lists.
+ */
+
+/**
+ * An event's status: `pending` (waiting for the drain, maybe until its next attempt),
+ * `processing` (claimed under a lease), `done` (every effect done, skipped or stale; or no
+ * route applied when it arrived), `dead` (past maxAttempts, or a permanent failure).
+ */
+export const EVENT_STATUSES = ['pending', 'processing', 'done', 'dead'] as const;
+export type EventStatus = (typeof EVENT_STATUSES)[number];
+
+/** An effect key's status in the ledger (`effects.status`). */
+export const EFFECT_STATUSES = ['running', 'done', 'failed'] as const;
+export type EffectStatus = (typeof EFFECT_STATUSES)[number];
+
+/**
+ * How one effect attempt ended, as the drain reports it (logs, metrics): `ok`, `failed`,
+ * `skipped` (the key is already done), `stale` (an older version than the one applied),
+ * `busy` (another event runs the key under a live lease).
+ */
+export const ATTEMPT_OUTCOMES = ['ok', 'failed', 'skipped', 'stale', 'busy'] as const;
+export type AttemptOutcomeName = (typeof ATTEMPT_OUTCOMES)[number];
+
+/** Outcomes in which an effect actually ran (and took time worth a histogram). */
+export const RAN_OUTCOMES: readonly AttemptOutcomeName[] = ['ok', 'failed'];
+
+/**
+ * What `attempts.outcome` holds: an attempt outcome, or `running` while an external effect
+ * runs (and after a crash in the middle of one).
+ */
+export const ATTEMPT_ROW_OUTCOMES = ['running', ...ATTEMPT_OUTCOMES] as const;
+export type AttemptRowOutcome = (typeof ATTEMPT_ROW_OUTCOMES)[number];
+
+/** What became of one request to POST /webhooks/:source (the `delivery` log line, metrics). */
+export const DELIVERY_OUTCOMES = ['accepted', 'duplicate', 'conflict', 'handshake', 'unauthorized', 'too_large', 'bad_request', 'not_found', 'unavailable', 'error'] as const;
+export type DeliveryOutcomeName = (typeof DELIVERY_OUTCOMES)[number];
+
+/**
+ * What became of a claimed event when the drain settled it: `done`, `retry`, `dead`, `lost`
+ * (its lease was taken over: nothing changed) or `interrupted` (shutdown mid-effect: left to
+ * its lease).
+ */
+export const SETTLE_STATUSES = ['done', 'retry', 'dead', 'lost', 'interrupted'] as const;
+export type SettleStatus = (typeof SETTLE_STATUSES)[number];
+
+/** How one catch-up run ended (`receiver_catch_up_runs_total`'s `result`). */
+export const CATCH_UP_RESULTS = ['ok', 'error'] as const;
+export type CatchUpResultName = (typeof CATCH_UP_RESULTS)[number];
+
+/**
+ * What a catch-up run counted (`receiver_catch_up_events_total`'s `outcome`): events the
+ * sender's API `listed`, those `already_stored`, those `stored` from the API (Stripe), those
+ * whose redelivery was asked (`redelivery_asked`: GitHub, Paddle, GitLab), and `failed` ones.
+ */
+export const CATCH_UP_OUTCOMES = ['listed', 'already_stored', 'stored', 'redelivery_asked', 'failed'] as const;
+export type CatchUpOutcomeName = (typeof CATCH_UP_OUTCOMES)[number];
+
+/** Whether `value` is one of `words` (narrowing it). */
+export function isOneOf<T extends string>(words: readonly T[], value: string): value is T {
+  return (words as readonly string[]).includes(value);
+}

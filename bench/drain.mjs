@@ -173,6 +173,12 @@ async function run(name, effect, n) {
       m = await scrape(port);
     }
     const seconds = (Date.now() - t0) / 1000;
+    // The drain thread reports outcomes to the metrics in batches (every 100 ms): the last
+    // may arrive just after the queue gauges read 0.
+    for (const until = Date.now() + 1000; settled(m, 'done') + settled(m, 'retry') + settled(m, 'dead') < n && Date.now() < until; ) {
+      await sleep(50);
+      m = await scrape(port);
+    }
     const done = settled(m, 'done');
     const other = settled(m, 'retry') + settled(m, 'dead');
     const rate = done / seconds;

@@ -154,8 +154,13 @@ export function startDrain(options: DrainOptions): Drain {
         // A claim owner names one claim batch, not just the process: a late step of an old
         // claim can never pass for the current one.
         const seen = options.idle?.generation();
-        const batch = await store.claimEvents(`${id}#${++claims}`, now(), leaseMs, CLAIM_BATCH);
-        if (batch.length === 0) {
+        // The claim and its events' steps may share transactions (SQLite in serve).
+        const claimed = await store.inGroup(async () => {
+          const batch = await store.claimEvents(`${id}#${++claims}`, now(), leaseMs, CLAIM_BATCH);
+          if (batch.length > 0) await runBatch(batch);
+          return batch.length;
+        });
+        if (claimed === 0) {
           const idle = options.idle;
           if (idle !== undefined) {
             // Said first, then looked: a delivery accepted after the claim either changed the
@@ -173,7 +178,6 @@ export function startDrain(options: DrainOptions): Drain {
           }
           continue;
         }
-        await runBatch(batch);
       } catch (e) {
         // Claims not settled stay claimed and come back when their lease expires. A database
         // that is unavailable for a while is one line per try, without a stack.

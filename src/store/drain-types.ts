@@ -148,6 +148,15 @@ export interface DrainStore {
   claimEvents(owner: string, now: number, leaseMs: number, limit: number): Promise<ClaimedEvent[]>;
 
   /**
+   * Runs `fn` (a claim and its events' steps) letting the store share transactions between
+   * steps: SQLite in `serve` commits them in groups (a few milliseconds' worth, and always
+   * before an external effect acts and after it is recorded), since a commit's cost is most
+   * of a small step's. Others run `fn` as it is. A group that fails to commit takes its
+   * claims with it: nothing of it happened, and those events are claimed again.
+   */
+  inGroup<T>(fn: () => Promise<T>): Promise<T>;
+
+  /**
    * The heartbeat: moves every lease still held to `now + leaseMs`. Leases that were taken
    * over are left alone (their next guarded step reports them lost).
    */

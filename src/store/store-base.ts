@@ -8,8 +8,9 @@ import type { ListEventsQuery, ReplayOptions } from './ops-types.js';
 type OnConnection<C, T> = { [K in keyof T]: T[K] extends (...args: infer A) => infer R ? (c: C, ...args: A) => R : never };
 
 /** What a store's drain.ts exports: one function per drain operation, taking its connection first. */
-export type DrainFunctions<C> = OnConnection<C, Omit<DrainStore, 'claimsAreLocal' | 'runTransactionalEffect'>> & {
+export type DrainFunctions<C> = OnConnection<C, Omit<DrainStore, 'claimsAreLocal' | 'runTransactionalEffect' | 'inGroup'>> & {
   runTransactionalEffect(c: C, m: ModuleEffect): Promise<TransactionalOutcome>;
+  inGroup<T>(c: C, fn: () => Promise<T>): Promise<T>;
 };
 
 /**
@@ -31,6 +32,9 @@ export abstract class StoreBase<C> implements Omit<DrainStore, 'claimsAreLocal'>
   }
   claimEvents(owner: string, now: number, leaseMs: number, limit: number) {
     return this.drain.claimEvents(this.drainConnection(), owner, now, leaseMs, limit);
+  }
+  inGroup<T>(fn: () => Promise<T>): Promise<T> {
+    return this.drain.inGroup(this.drainConnection(), fn);
   }
   renewLeases(leases: readonly Lease[], now: number, leaseMs: number) {
     return this.drain.renewLeases(this.drainConnection(), leases, now, leaseMs);

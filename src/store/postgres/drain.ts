@@ -37,6 +37,11 @@ export async function claimEvents(c: Conn, owner: string, now: number, leaseMs: 
   return rows.map(toClaimed).sort((a, b) => a.id - b.id);
 }
 
+/** PostgreSQL commits each step on its own: several receivers' drains share the database. */
+export function inGroup<T>(_c: Conn, fn: () => Promise<T>): Promise<T> {
+  return fn();
+}
+
 export async function claimEvent(c: Conn, owner: string, now: number, leaseMs: number): Promise<ClaimedEvent | undefined> {
   return (await claimEvents(c, owner, now, leaseMs, 1))[0];
 }

@@ -27,6 +27,59 @@ export interface DrainConnection {
   wal?: WalSync | undefined;
   /** A heartbeat found a module effect's transaction open and left its renewal to it (see renewLeases). */
   renewal?: { owners: Set<string>; leaseMs: number } | undefined;
+  /** Inside inGroup: the group's transaction, open from its first write until it commits. */
+  group?: { openSince: number | undefined } | undefined;
+}
+
+/**
+ * How long a group's transaction stays open before the next step commits it. The ingest
+ * thread waits for the write lock meanwhile, so this bounds what a group adds to a delivery.
+ */
+const GROUP_MS = 3;
+
+/**
+ * serve's drain: the steps of a claim batch share transactions, committed every GROUP_MS
+ * (and before an external effect acts, right after its result is recorded, and at the end).
+ * A COMMIT writes every page the transaction touched to the log; a no-op module effect's
+ * own statements cost less than that. Steps inside run as savepoints of the group's
+ * transaction (better-sqlite3 nests transaction functions that way), so a failing step
+ * rolls back only itself. Only with explicit durability (`wal`): elsewhere each step commits.
+ */
+export async function inGroup<T>(c: DrainConnection, fn: () => Promise<T>): Promise<T> {
+  if (c.wal === undefined || c.group !== undefined) return fn();
+  c.group = { openSince: undefined };
+  try {
+    return await fn();
+  } finally {
+    try {
+      commitGroup(c);
+    } finally {
+      c.group = undefined;
+    }
+  }
+}
+
+/** Commits the group's transaction if one is open. A failed COMMIT rolls it all back: claims included. */
+function commitGroup(c: DrainConnection): void {
+  const g = c.group;
+  if (g?.openSince === undefined) return;
+  g.openSince = undefined;
+  try {
+    renewDeferred(c, Date.now());
+    c.db.exec('COMMIT');
+  } catch (e) {
+    if (c.db.inTransaction) c.db.exec('ROLLBACK');
+    throw sqliteError(e, 'drain group commit');
+  }
+  durableSoon(c);
+}
+
+/** Before a write in a group: commit one that is old enough, and open one if none is. */
+async function enterGroup(c: DrainConnection, g: { openSince: number | undefined }): Promise<void> {
+  if (g.openSince !== undefined && Date.now() - g.openSince >= GROUP_MS) commitGroup(c);
+  if (g.openSince !== undefined) return;
+  await whenUnlocked('drain group', Date.now() + c.busyTimeoutMs, () => c.db.exec('BEGIN IMMEDIATE'));
+  g.openSince = Date.now();
 }
 
 /** After a commit whose loss in a power cut would only repeat work (claims, settles, module effects). */
@@ -34,10 +87,30 @@ function durableSoon(c: DrainConnection): void {
   c.wal?.syncSoon();
 }
 
-/** Runs `fn` in one IMMEDIATE transaction; SQLITE_BUSY is retried without blocking the thread. */
-function immediate<T>(c: DrainConnection, what: string, fn: () => T): Promise<T> {
+/**
+ * Runs `fn` in one IMMEDIATE transaction; SQLITE_BUSY is retried without blocking the
+ * thread. In a group, a savepoint of the group's transaction instead.
+ */
+async function immediate<T>(c: DrainConnection, what: string, fn: () => T, options: { alone?: boolean } = {}): Promise<T> {
   const tx = c.db.transaction(fn);
-  return whenUnlocked(what, Date.now() + c.busyTimeoutMs, () => tx.immediate());
+  const g = c.group;
+  if (g === undefined || (options.alone === true && g.openSince === undefined)) {
+    return whenUnlocked(what, Date.now() + c.busyTimeoutMs, () => tx.immediate());
+  }
+  await enterGroup(c, g);
+  try {
+    return tx();
+  } catch (e) {
+    // The step rolled back its savepoint. The group's transaction is ended too (committed
+    // if it can be), so the write lock is not held while the caller waits to try again:
+    // another process may be the one to free what failed (a purge on a full disk).
+    try {
+      commitGroup(c);
+    } catch {
+      // Rolled back: its claims went with it, and those events are claimed again.
+    }
+    throw sqliteError(e, what);
+  }
 }
 
 /** The shared steps of one operation, in one IMMEDIATE transaction. */
@@ -109,9 +182,16 @@ export async function renewLeases(c: DrainConnection, leases: readonly Lease[], 
     for (const lease of leases) c.renewal.owners.add(lease.owner);
     return;
   }
-  await immediate(c, 'renew leases', () => {
-    for (const lease of leases) runSteps(c.db, steps.renewLease(dialect, lease, now + leaseMs));
-  });
+  // Alone: a heartbeat never opens a group's transaction (it would stay open while an
+  // external effect runs).
+  await immediate(
+    c,
+    'renew leases',
+    () => {
+      for (const lease of leases) runSteps(c.db, steps.renewLease(dialect, lease, now + leaseMs));
+    },
+    { alone: true },
+  );
 }
 
 const RELEASE = `UPDATE events SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, attempts = max(attempts - 1, 0)
@@ -137,6 +217,8 @@ export async function expireClaims(c: DrainConnection, ownerPrefix: string, now:
 
 export async function beginEffect(c: DrainConnection, lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number): Promise<EffectDecision> {
   const decision = await write(c, 'begin effect', () => steps.beginEffect(dialect, lease, attempt, start, now, leaseMs));
+  // Committed before the effect acts (and the write lock free while it runs).
+  commitGroup(c);
   // The running mark is on disk before the effect acts: after a power cut too, a repeat is counted.
   if (decision.action === 'run') await syncNow(c, 'begin effect');
   else durableSoon(c);
@@ -153,6 +235,9 @@ async function syncNow(c: DrainConnection, what: string): Promise<void> {
 
 export async function finishEffect(c: DrainConnection, f: EffectFinish, now: number): Promise<void> {
   await write(c, 'finish effect', () => steps.finishEffect(dialect, f, now));
+  // An external effect's result is committed at once, never left in a group that could
+  // still roll back: a lost result would run the effect again.
+  commitGroup(c);
   durableSoon(c);
 }
 
@@ -187,12 +272,22 @@ function message(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
+/** The module effect's own transaction, or its savepoint inside a group's. */
+const EFFECT_SAVEPOINT = 'receiver_module_effect';
+
 function rollback(c: DrainConnection): void {
-  if (c.db.inTransaction) c.db.exec('ROLLBACK');
+  if (c.group !== undefined) {
+    c.db.exec(`ROLLBACK TO ${EFFECT_SAVEPOINT}`);
+    c.db.exec(`RELEASE ${EFFECT_SAVEPOINT}`);
+  } else if (c.db.inTransaction) c.db.exec('ROLLBACK');
 }
 
-/** COMMIT of a module effect's transaction, with the renewals a heartbeat left to it. */
+/** COMMIT of a module effect's transaction, with the renewals a heartbeat left to it; in a group, its savepoint's release. */
 function commit(c: DrainConnection, now: number): void {
+  if (c.group !== undefined) {
+    c.db.exec(`RELEASE ${EFFECT_SAVEPOINT}`);
+    return;
+  }
   renewDeferred(c, now);
   c.db.exec('COMMIT');
   durableSoon(c);
@@ -200,7 +295,10 @@ function commit(c: DrainConnection, now: number): void {
 
 export async function runTransactionalEffect(c: DrainConnection, m: steps.ModuleEffect): Promise<TransactionalOutcome> {
   const { lease, attempt, start, now, leaseMs } = m;
-  await whenUnlocked('module effect', Date.now() + c.busyTimeoutMs, () => c.db.exec('BEGIN IMMEDIATE'));
+  if (c.group !== undefined) {
+    await enterGroup(c, c.group);
+    c.db.exec(`SAVEPOINT ${EFFECT_SAVEPOINT}`);
+  } else await whenUnlocked('module effect', Date.now() + c.busyTimeoutMs, () => c.db.exec('BEGIN IMMEDIATE'));
   const startedAt = now();
   let decided: steps.Decided;
   try {

@@ -205,6 +205,7 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
         onAttempt: (a) => metrics.observeAttempt(a),
         onEvent: (e) => metrics.observeEvent(e),
         onFailure: options.onFatal ?? ((e) => logger.fatal({ err: e }, 'drain thread failed')),
+        ingestWaiting: store.ingestWaiting,
       });
     } catch (e) {
       await new Promise<void>((resolve) => server.close(() => resolve()));

@@ -31,6 +31,8 @@ export interface DrainThreadOptions {
   onEvent?: DrainOptions['onEvent'];
   /** The thread failed after it started (a bug): serve logs it and exits for systemd to restart it. */
   onFailure: (e: Error) => void;
+  /** SQLite: the ingest thread's "waiting for the write lock" flag (Store.ingestWaiting). */
+  ingestWaiting?: SharedArrayBuffer | undefined;
 }
 
 /**
@@ -48,7 +50,7 @@ export interface DrainThreadOptions {
 export function startDrainThread(o: DrainThreadOptions): Promise<Drain> {
   const signals = new SharedArrayBuffer(8);
   const counts = new Int32Array(signals);
-  const init: DrainWorkerInit = { config: drainConfig(o.config), execEnv: effectEnvironment(o.config), signals };
+  const init: DrainWorkerInit = { config: drainConfig(o.config), execEnv: effectEnvironment(o.config), signals, ingestWaiting: o.ingestWaiting };
   const worker = new Worker(WORKER_URL, { workerData: init });
   let started = false;
   let stopped: (() => void) | undefined;

@@ -4,6 +4,8 @@
  * connection (see thread.ts for why). It runs on the configuration the main thread
  * loaded (its plain part, DrainConfig), so both threads run on the same one.
  */
+import { readlinkSync } from 'node:fs';
+import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import { moduleOrigin } from '../effects/module.js';
 import { createLogger } from '../log.js';
@@ -17,6 +19,8 @@ export interface DrainWorkerInit {
   execEnv: NodeJS.ProcessEnv;
   /** [0]: deliveries accepted (main thread adds); [1]: 1 while the drain sleeps, 2 once a wake was posted. */
   signals: SharedArrayBuffer;
+  /** SQLite: raised while the ingest thread waits for the write lock; this thread gives way. */
+  ingestWaiting?: SharedArrayBuffer | undefined;
 }
 
 export type ToDrainWorker = { type: 'wake' } | { type: 'stop'; graceMs: number };
@@ -29,8 +33,28 @@ export type FromDrainWorker =
 /** Outcomes for the main thread's metrics go out in batches, at most this often. */
 const REPORT_MS = 100;
 
+/**
+ * The drain thread's scheduling priority (nice 10): when both want a CPU, the threads that
+ * read, verify and store deliveries get it first, and the drain takes what is left. With
+ * a CPU free, the drain runs at full speed. Commands an exec effect starts inherit it.
+ */
+export const DRAIN_NICE = 10;
+
+/** Lowers this thread's priority (Linux: a thread is a task with its own id); elsewhere nothing. */
+function lowerPriority(): number | undefined {
+  try {
+    const tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
+    if (!Number.isInteger(tid)) return undefined;
+    setPriority(tid, Math.max(getPriority(tid), DRAIN_NICE));
+    return getPriority(tid);
+  } catch {
+    return undefined;
+  }
+}
+
 if (parentPort !== null) {
   const port = parentPort;
+  const nice = lowerPriority();
   const init = workerData as DrainWorkerInit;
   const signals = new Int32Array(init.signals);
   // The drain reads no source, no metrics or admin token and no catch-up setting (see DrainConfig).
@@ -65,7 +89,7 @@ if (parentPort !== null) {
   try {
     // No ingest thread of its own, no start-up probe (the main thread did both); commits
     // durable the same way as the main thread's (explicit WAL sync, see wal-sync.ts).
-    const store = await openStore(config.database, { busyTimeoutMs: config.busyTimeoutMs, server: true, drainOnly: true });
+    const store = await openStore(config.database, { busyTimeoutMs: config.busyTimeoutMs, server: true, drainOnly: true, ingestWaiting: init.ingestWaiting });
     const drain = startDrain({
       config,
       store,
@@ -97,6 +121,7 @@ if (parentPort !== null) {
         })();
       }
     });
+    logger.debug({ nice }, 'drain thread priority');
     port.postMessage({ type: 'started' } satisfies FromDrainWorker);
   } catch (e) {
     const err = e as { message?: string; hint?: string };

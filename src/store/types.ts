@@ -67,6 +67,11 @@ export interface Store extends IngestStore, DrainStore, OpsStore, CatchUpStore {
    * insert would (busyTimeoutMs); rejects with an `unavailable` ReceiverError otherwise.
    */
   ping(): Promise<void>;
+  /**
+   * SQLite in serve: raised while the ingest thread waits for the write lock, so that the
+   * drain thread gives way to deliveries (pass it as OpenStoreOptions.ingestWaiting).
+   */
+  readonly ingestWaiting?: SharedArrayBuffer | undefined;
   /** Finishes in-flight inserts, then closes. */
   close(): Promise<void>;
 }
@@ -84,6 +89,12 @@ export interface OpenStoreOptions {
    * this store only drains (no ingest thread of its own), with the same durability.
    */
   drainOnly?: boolean;
+  /**
+   * serve on SQLite: the flag the ingest thread raises while it waits for the write lock
+   * (`Store.ingestWaiting` of the store that runs the ingest thread); the drain thread's
+   * store gives way to it (see sqlite/lock-priority.ts).
+   */
+  ingestWaiting?: SharedArrayBuffer | undefined;
 }
 
 export const acceptedAnswer = (eventId: number) => JSON.stringify({ status: 'accepted', id: eventId });

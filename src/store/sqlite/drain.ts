@@ -6,6 +6,7 @@ import { sqliteError, whenUnlocked } from './errors.js';
 import type { Db } from './open.js';
 import { dialect, runSteps, stmt } from './steps.js';
 import type { WalSync } from './wal-sync.js';
+import { ingestIsWaiting, yieldToIngest } from './lock-priority.js';
 
 /**
  * The drain's SQLite operations, one small function each, on the drain's own connection
@@ -29,6 +30,8 @@ export interface DrainConnection {
   renewal?: { owners: Set<string>; leaseMs: number } | undefined;
   /** Inside inGroup: the group's transaction, open from its first write until it commits. */
   group?: { openSince: number | undefined } | undefined;
+  /** serve: raised while the ingest thread waits for the write lock; the drain gives way (lock-priority.ts). */
+  ingestWaiting?: Int32Array | undefined;
 }
 
 /**
@@ -76,8 +79,9 @@ function commitGroup(c: DrainConnection): void {
 
 /** Before a write in a group: commit one that is old enough, and open one if none is. */
 async function enterGroup(c: DrainConnection, g: { openSince: number | undefined }): Promise<void> {
-  if (g.openSince !== undefined && Date.now() - g.openSince >= GROUP_MS) commitGroup(c);
+  if (g.openSince !== undefined && (Date.now() - g.openSince >= GROUP_MS || ingestIsWaiting(c.ingestWaiting))) commitGroup(c);
   if (g.openSince !== undefined) return;
+  yieldToIngest(c.ingestWaiting);
   await whenUnlocked('drain group', Date.now() + c.busyTimeoutMs, () => c.db.exec('BEGIN IMMEDIATE'));
   g.openSince = Date.now();
 }
@@ -95,6 +99,7 @@ async function immediate<T>(c: DrainConnection, what: string, fn: () => T, optio
   const tx = c.db.transaction(fn);
   const g = c.group;
   if (g === undefined || (options.alone === true && g.openSince === undefined)) {
+    yieldToIngest(c.ingestWaiting);
     return whenUnlocked(what, Date.now() + c.busyTimeoutMs, () => tx.immediate());
   }
   await enterGroup(c, g);
@@ -298,7 +303,10 @@ export async function runTransactionalEffect(c: DrainConnection, m: steps.Module
   if (c.group !== undefined) {
     await enterGroup(c, c.group);
     c.db.exec(`SAVEPOINT ${EFFECT_SAVEPOINT}`);
-  } else await whenUnlocked('module effect', Date.now() + c.busyTimeoutMs, () => c.db.exec('BEGIN IMMEDIATE'));
+  } else {
+    yieldToIngest(c.ingestWaiting);
+    await whenUnlocked('module effect', Date.now() + c.busyTimeoutMs, () => c.db.exec('BEGIN IMMEDIATE'));
+  }
   const startedAt = now();
   let decided: steps.Decided;
   try {

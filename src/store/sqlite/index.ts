@@ -12,6 +12,7 @@ import { IngestThread } from './ingest-thread.js';
 import { openSqlite, type Db } from './open.js';
 import { queueStats } from './queue-stats.js';
 import { WalSync } from './wal-sync.js';
+import { ingestWaitingFlag } from './lock-priority.js';
 
 /** Batches posted to the ingest worker before the first has committed (3 was slower at 64 connections). */
 export const INGEST_BATCHES_IN_FLIGHT = 2;
@@ -28,6 +29,11 @@ export interface SqliteStoreOptions {
    * with an explicit fsync of the WAL, off the event loop and outside the lock (wal-sync.ts).
    */
   explicitSync?: boolean;
+  /**
+   * The flag the ingest thread raises while it waits for the write lock (lock-priority.ts):
+   * made by the store that runs the ingest thread, given to the drain thread's store.
+   */
+  ingestWaiting?: SharedArrayBuffer | undefined;
 }
 
 /**
@@ -53,6 +59,8 @@ export class SqliteStore extends StoreBase<drain.DrainConnection> implements Sto
   #drain: drain.DrainConnection | undefined;
   /** serve: the explicit fsync of the WAL that the drain's connection awaits or schedules. */
   readonly #wal: WalSync | undefined;
+  /** serve: raised while the ingest thread waits for the write lock; the drain gives way to it. */
+  readonly ingestWaiting: SharedArrayBuffer | undefined;
 
   constructor(path: string, options: SqliteStoreOptions) {
     super(drain);
@@ -62,7 +70,8 @@ export class SqliteStore extends StoreBase<drain.DrainConnection> implements Sto
     this.#ingest = ingestStatements(this.db);
     this.sharedOps = ops.sharedOpsOn(this.db);
     this.catchUp = catchUpOn(this.db, options.busyTimeoutMs);
-    this.#thread = options.ingestThread === true ? new IngestThread(path, options.busyTimeoutMs) : undefined;
+    this.ingestWaiting = options.ingestWaiting ?? (options.ingestThread === true ? new SharedArrayBuffer(4) : undefined);
+    this.#thread = options.ingestThread === true ? new IngestThread(path, options.busyTimeoutMs, this.ingestWaiting) : undefined;
     this.#wal = options.explicitSync === true ? new WalSync(path) : undefined;
     const thread = this.#thread;
     // The worker commits its batches one after another in the order posted: the next batch
@@ -135,7 +144,12 @@ export class SqliteStore extends StoreBase<drain.DrainConnection> implements Sto
         db.pragma('synchronous = NORMAL');
         db.pragma('wal_autocheckpoint = 0');
       }
-      this.#drain = { db, busyTimeoutMs: this.#options.busyTimeoutMs, wal: this.#wal };
+      this.#drain = {
+        db,
+        busyTimeoutMs: this.#options.busyTimeoutMs,
+        wal: this.#wal,
+        ingestWaiting: this.ingestWaiting === undefined ? undefined : ingestWaitingFlag(this.ingestWaiting),
+      };
     }
     return this.#drain;
   }

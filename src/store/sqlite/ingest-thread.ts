@@ -21,8 +21,8 @@ export class IngestThread {
   #dead: ReceiverError | undefined;
   readonly ready: Promise<void>;
 
-  constructor(path: string, busyTimeoutMs: number) {
-    this.#worker = new Worker(WORKER_URL, { workerData: { path, busyTimeoutMs } satisfies WorkerInit });
+  constructor(path: string, busyTimeoutMs: number, ingestWaiting?: SharedArrayBuffer) {
+    this.#worker = new Worker(WORKER_URL, { workerData: { path, busyTimeoutMs, ingestWaiting } satisfies WorkerInit });
     let failOpen: (e: ReceiverError) => void = () => undefined;
     this.ready = new Promise((resolve, reject) => {
       failOpen = reject;

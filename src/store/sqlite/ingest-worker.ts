@@ -8,6 +8,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import type { IngestResult, NewEvent } from '../types.js';
 import { isBusy } from './errors.js';
+import { ingestWaitingFlag, waitingForLock } from './lock-priority.js';
 import { ingestOne, ingestStatements } from './ingest.js';
 import { openSqlite } from './open.js';
 import { WalSync } from './wal-sync.js';
@@ -15,6 +16,8 @@ import { WalSync } from './wal-sync.js';
 export interface WorkerInit {
   path: string;
   busyTimeoutMs: number;
+  /** Raised while this thread waits for the write lock (see lock-priority.ts). */
+  ingestWaiting?: SharedArrayBuffer | undefined;
 }
 
 export type WorkerRequest = { type: 'batch'; seq: number; items: NewEvent[]; deadline: number } | { type: 'close' };
@@ -62,14 +65,21 @@ if (parentPort !== null) {
     // (a request's whole wait for a lock stays within busyTimeoutMs from its arrival).
     db.pragma('busy_timeout = 0');
     const pause = new Int32Array(new SharedArrayBuffer(4));
+    const flag = init.ingestWaiting === undefined ? undefined : ingestWaitingFlag(init.ingestWaiting);
     const commitBy = (items: NewEvent[], deadline: number): IngestResult[] => {
-      for (let waitMs = 0.05; ; waitMs = Math.min(2, waitMs * 2)) {
-        try {
-          return commit.immediate(items);
-        } catch (e) {
-          if (!isBusy(e) || Date.now() >= deadline) throw e;
-          Atomics.wait(pause, 0, 0, Math.min(waitMs, Math.max(0, deadline - Date.now())));
+      try {
+        for (let waitMs = 0.05; ; waitMs = Math.min(2, waitMs * 2)) {
+          try {
+            return commit.immediate(items);
+          } catch (e) {
+            if (!isBusy(e) || Date.now() >= deadline) throw e;
+            // The drain thread gives way while this is up.
+            waitingForLock(flag, true);
+            Atomics.wait(pause, 0, 0, Math.min(waitMs, Math.max(0, deadline - Date.now())));
+          }
         }
+      } finally {
+        waitingForLock(flag, false);
       }
     };
     port.on('message', (m: WorkerRequest) => {

@@ -6,6 +6,14 @@ import { LATEST_VERSION, migrations } from './migrations.js';
 
 export type Db = Database.Database;
 
+/** Loads better-sqlite3's addon; the single executable sets it (it has no node_modules to find one in). */
+let nativeBinding: (() => object) | undefined;
+
+/** Every later open in this thread uses the addon `load` returns instead of node_modules' own. */
+export function useNativeBinding(load: () => object): void {
+  nativeBinding = load;
+}
+
 export interface OpenOptions {
   /** SQLite's own busy wait, in ms. It blocks the thread: keep it short inside `serve`. */
   busyTimeoutMs: number;
@@ -18,9 +26,12 @@ export interface OpenOptions {
  */
 export function openSqlite(path: string, options: OpenOptions): Db {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+  // Outside the try: a refused addon says why itself (which directory, what to change).
+  // The typings say string; better-sqlite3 also takes the loaded addon object.
+  const binding = nativeBinding === undefined ? {} : { nativeBinding: nativeBinding() as unknown as string };
   let db: Db;
   try {
-    db = new Database(path, { timeout: options.busyTimeoutMs, readonly: options.readonly ?? false });
+    db = new Database(path, { timeout: options.busyTimeoutMs, readonly: options.readonly ?? false, ...binding });
   } catch (e) {
     throw new ReceiverError('runtime', `cannot open database ${path}: ${(e as Error).message}`, { cause: e });
   }

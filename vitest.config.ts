@@ -5,14 +5,14 @@ export const BINARY = `dist/receiver-${process.platform}-${process.arch}`;
 
 export default defineConfig({
   test: {
-    globalSetup: ['test/global-setup.ts'],
+    // Global setups per project (a root one would run again in each project that extends it).
     testTimeout: 30_000,
     hookTimeout: 30_000,
     // Crash, lock and PostgreSQL tests use real processes and files; two workers on two cores.
     pool: 'forks',
     maxWorkers: 2,
     projects: [
-      { extends: true, test: { name: 'node', include: ['test/**/*.test.ts'], exclude: ['test/binary/executable.test.ts'] } },
+      { extends: true, test: { name: 'node', include: ['test/**/*.test.ts'], exclude: ['test/binary/executable.test.ts'], globalSetup: ['test/global-setup.ts'] } },
       {
         // The single executable, through the same subprocess helpers (test/helpers.ts), from a
         // directory without node_modules and with no node on PATH: every subcommand, serve,

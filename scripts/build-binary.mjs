@@ -45,6 +45,13 @@ const bundle = (entry, outfile) =>
 await Promise.all([bundle('src/binary/main.ts', 'main.cjs'), bundle('src/binary/worker.ts', 'ingest-worker.cjs')]);
 
 const addon = join(require.resolve('better-sqlite3/package.json'), '../build/Release/better_sqlite3.node');
+// The executable carries this very node: the addon must load in it (npm ci built it for
+// the node that ran npm ci; a node switched since then would fail only at the first open).
+try {
+  process.dlopen({ exports: {} }, addon);
+} catch (e) {
+  throw new Error(`${addon} does not load in this node (${process.version}): run npm ci with this node first\n${e.message}`);
+}
 const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 let commit;
 if (existsSync(join(root, '.git'))) {

@@ -39,7 +39,8 @@ const bundle = (entry, outfile) =>
     // package.json) are replaced by the worker source and the stamp before they can run.
     define: { 'import.meta.url': 'undefined' },
     logOverride: { 'empty-import-meta': 'silent' },
-    legalComments: 'none',
+    // The bundled packages' licence notices stay in the file that is shipped.
+    legalComments: 'eof',
     logLevel: 'warning',
   });
 await Promise.all([bundle('src/binary/main.ts', 'main.cjs'), bundle('src/binary/worker.ts', 'ingest-worker.cjs')]);

@@ -1,7 +1,7 @@
 // The single executable against `node bin/receiver.js`, in the same run: start to the first
 // GET /healthz 200, RSS idle and under load, and ingest throughput.
 //
-//   npm run build && npm run build:binary && node bench/binary.mjs [--seconds 8] [--connections 32] [--rounds 3] [--starts 15]
+//   npm run build && npm run build:binary && node bench/binary.mjs [--seconds 8] [--connections 32] [--rounds 3] [--starts 15] [--node-options ...]
 //
 // Both run `serve` on a fresh SQLite file with the same configuration and the same Node
 // options (none), one after the other, alternating which goes first in each round: on a
@@ -25,6 +25,8 @@ const { values: args } = parseArgs({
     connections: { type: 'string', default: '32' },
     rounds: { type: 'string', default: '3' },
     starts: { type: 'string', default: '15' },
+    // NODE_OPTIONS for both, e.g. --node-options=--max-semi-space-size=8 (the clone route's unit).
+    'node-options': { type: 'string', default: '' },
   },
 });
 const ROOT = new URL('..', import.meta.url).pathname;
@@ -65,13 +67,20 @@ function rssMb(pid, field = 'VmRSS') {
   return m ? Number(m[1]) / 1024 : NaN;
 }
 
+/** CPU time the process has used (all threads, user + system), ms: its cost per request on a shared machine. */
+function cpuMs(pid) {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[11]) + Number(f[12])) * 10;
+}
+
 /** Spawns serve on a known port and resolves at its first /healthz 200, with the time it took. */
 async function start(route, file) {
   const port = await freePort();
   const t0 = performance.now();
   const child = spawn(route.file, [...route.args, 'serve', '-c', file, '--port', String(port)], {
     cwd: dir,
-    env: { ...process.env, XDG_CACHE_HOME: join(dir, 'cache') },
+    env: { ...process.env, XDG_CACHE_HOME: join(dir, 'cache'), ...(args['node-options'] ? { NODE_OPTIONS: args['node-options'] } : {}) },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   let exited = false;
@@ -132,7 +141,7 @@ const median = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 };
-const results = { node: { start: [], idle: [], peak: [], rps: [], bad: 0 }, binary: { start: [], idle: [], peak: [], rps: [], bad: 0 } };
+const results = { node: { start: [], idle: [], peak: [], rps: [], cpu: [], bad: 0 }, binary: { start: [], idle: [], peak: [], rps: [], cpu: [], bad: 0 } };
 
 // Start to /healthz 200: a restart on an existing database (each route's own), alternating.
 const startFiles = { node: config(), binary: config() };
@@ -152,25 +161,29 @@ for (let round = 0; round < Number(args.rounds); round++) {
     await load(s.port, 2); // warm-up, not counted
     let peak = 0;
     const sampler = setInterval(() => (peak = Math.max(peak, rssMb(s.child.pid))), 100);
+    const cpu0 = cpuMs(s.child.pid);
     const r = await load(s.port, Number(args.seconds));
+    const cpuPerReq = ((cpuMs(s.child.pid) - cpu0) * 1000) / r.requests.total;
     clearInterval(sampler);
+    results[name].cpu.push(cpuPerReq);
     results[name].peak.push(peak);
     results[name].rps.push(r.requests.average);
     results[name].bad += r.non2xx + r.errors + r.timeouts;
-    console.log(`round ${round + 1} ${name.padEnd(6)} ${r.requests.average.toFixed(0)} req/s, p99 ${r.latency.p99} ms, peak RSS ${peak.toFixed(0)} MB, non-2xx/errors ${r.non2xx + r.errors + r.timeouts}`);
+    console.log(`round ${round + 1} ${name.padEnd(6)} ${r.requests.average.toFixed(0)} req/s, ${cpuPerReq.toFixed(0)} µs CPU/request, p99 ${r.latency.p99} ms, peak RSS ${peak.toFixed(0)} MB, non-2xx/errors ${r.non2xx + r.errors + r.timeouts}`);
     await stop(s.child);
   }
 }
 
 const f = (x, d = 0) => x.toFixed(d);
-console.log(`\nbinary: ${BINARY}, ${f(statSync(BINARY).size / 1e6, 1)} MB; ${args.rounds} rounds of ${args.seconds} s at ${args.connections} connections; ${args.starts} starts each`);
-console.log('route   start→/healthz 200 (median, min)   idle RSS   peak RSS under load   req/s (median)');
+console.log(`\nbinary: ${BINARY}, ${f(statSync(BINARY).size / 1e6, 1)} MB; ${args.rounds} rounds of ${args.seconds} s at ${args.connections} connections; ${args.starts} starts each; NODE_OPTIONS=${args['node-options']}`);
+console.log('route   start→/healthz 200 (median, min)   idle RSS   peak RSS under load   req/s (median)   CPU µs/request (median)');
 for (const name of ['node', 'binary']) {
   const r = results[name];
   console.log(
-    `${name.padEnd(7)} ${f(median(r.start)).padStart(6)} ms, ${f(Math.min(...r.start)).padStart(4)} ms            ${f(median(r.idle)).padStart(4)} MB    ${f(median(r.peak)).padStart(4)} MB               ${f(median(r.rps)).padStart(6)}`,
+    `${name.padEnd(7)} ${f(median(r.start)).padStart(6)} ms, ${f(Math.min(...r.start)).padStart(4)} ms            ${f(median(r.idle)).padStart(4)} MB    ${f(median(r.peak)).padStart(4)} MB               ${f(median(r.rps)).padStart(6)}           ${f(median(r.cpu)).padStart(5)}`,
   );
 }
 const ratio = median(results.binary.rps) / median(results.node.rps);
-console.log(`\nthroughput binary/node: ${f(ratio, 3)} (target ≥ 0.95); binary start median ${f(median(results.binary.start))} ms (target < 300)`);
+const cpuRatio = median(results.binary.cpu) / median(results.node.cpu);
+console.log(`\nthroughput binary/node: ${f(ratio, 3)} (target ≥ 0.95); CPU per request binary/node: ${f(cpuRatio, 3)} (≤ 1.05: the same work per request, whatever the machine's load); binary start median ${f(median(results.binary.start))} ms (target < 300)`);
 if (results.node.bad + results.binary.bad > 0) console.log(`non-2xx or errors: node ${results.node.bad}, binary ${results.binary.bad}`);

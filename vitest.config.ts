@@ -32,6 +32,8 @@ export default defineConfig({
             'test/cli/no-database.test.ts',
             'test/secrets-leak.test.ts',
             'test/store/postgres-serve.test.ts',
+            'test/drain/thread.test.ts',
+            'test/catchup/serve.test.ts',
           ],
           globalSetup: ['test/binary/global-setup.ts'],
           env: { RECEIVER_TEST_BINARY: BINARY },

@@ -6,7 +6,9 @@
  *   1. esbuild bundles src/binary/main.ts (the CLI) and src/binary/worker.ts (the SQLite
  *      ingest worker) into two CommonJS scripts: a single executable runs one CommonJS
  *      script, and the worker is started from its source (new Worker(code, { eval: true })).
- *   2. The program, the worker's source, better-sqlite3's addon and a stamp (version,
+ *      src/binary/drain-worker.ts (serve's drain thread) becomes an ES module instead (it
+ *      awaits at its top level), started from a data: URL holding its source.
+ *   2. The program, the workers' sources, better-sqlite3's addon and a stamp (version,
  *      commit, the addon's sha256) go into a blob (node --experimental-sea-config).
  *   3. postject injects the blob into a copy of node; the copy is renamed into place.
  */
@@ -25,13 +27,16 @@ const output = join(root, `dist/receiver-${process.platform}-${process.arch}`);
 rmSync(work, { recursive: true, force: true });
 mkdirSync(work, { recursive: true });
 
-const bundle = (entry, outfile) =>
+const bundle = (entry, outfile, format = 'cjs') =>
   build({
     entryPoints: [join(root, entry)],
     outfile: join(work, outfile),
     bundle: true,
     platform: 'node',
-    format: 'cjs',
+    format,
+    // In the ES module, the bundled CommonJS packages' require() of node's own modules needs
+    // a require (a data: URL module has no file of its own: one made from node's path).
+    ...(format === 'esm' ? { banner: { js: "import { createRequire as __receiverCreateRequire } from 'node:module';\nconst require = __receiverCreateRequire(process.execPath);" } } : {}),
     target: `node${process.versions.node.split('.')[0]}`,
     // pg's optional native driver: pg requires it only when asked for (pg.native), never here.
     external: ['pg-native'],
@@ -43,7 +48,7 @@ const bundle = (entry, outfile) =>
     legalComments: 'eof',
     logLevel: 'warning',
   });
-await Promise.all([bundle('src/binary/main.ts', 'main.cjs'), bundle('src/binary/worker.ts', 'ingest-worker.cjs')]);
+await Promise.all([bundle('src/binary/main.ts', 'main.cjs'), bundle('src/binary/worker.ts', 'ingest-worker.cjs'), bundle('src/binary/drain-worker.ts', 'drain-worker.mjs', 'esm')]);
 
 const addon = join(require.resolve('better-sqlite3/package.json'), '../build/Release/better_sqlite3.node');
 // The executable carries this very node: the addon must load in it (npm ci built it for
@@ -75,6 +80,7 @@ writeFileSync(
     useCodeCache: true,
     assets: {
       'ingest-worker.js': join(work, 'ingest-worker.cjs'),
+      'drain-worker.mjs': join(work, 'drain-worker.mjs'),
       'better_sqlite3.node': addon,
       'stamp.json': join(work, 'stamp.json'),
     },

@@ -1,6 +1,7 @@
 /**
- * Imported first by both of the single executable's scripts (the program and the ingest
- * worker): each thread that opens SQLite takes better-sqlite3's addon from the executable.
+ * Imported first by each of the single executable's three scripts (the program, the ingest
+ * worker, the drain worker): each thread that opens SQLite takes better-sqlite3's addon
+ * from the executable.
  */
 import { getAsset } from 'node:sea';
 import { useNativeBinding } from '../store/sqlite/open.js';

@@ -21,6 +21,35 @@ const addonSha = createHash('sha256').update(readFileSync(ADDON)).digest('hex');
 const sha = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex');
 const pgOk = await postgresAvailable();
 
+/**
+ * Two routes for every event of `shop`: an ESM module effect that appends "<key> <thread>"
+ * to module.log (thread: "main", or "worker <threadId>"), and an exec effect appending the
+ * effect key to exec.log. In serve both run in the drain's thread.
+ */
+function effectRoutes(dir: string): unknown[] {
+  writeFileSync(
+    join(dir, 'record.mjs'),
+    [
+      `import { appendFileSync } from 'node:fs';`,
+      `import { isMainThread, threadId } from 'node:worker_threads';`,
+      `export default async function (event, ctx) { appendFileSync(${JSON.stringify(join(dir, 'module.log'))}, ctx.key + ' ' + (isMainThread ? 'main' : 'worker ' + threadId) + '\\n'); }`,
+      '',
+    ].join('\n'),
+  );
+  return [
+    { name: 'mod', source: 'shop', events: ['*'], key: '{body.id}', effect: { module: './record.mjs' } },
+    { name: 'sh', source: 'shop', events: ['*'], key: '{body.id}', effect: { exec: ['/bin/sh', '-c', `echo "$RECEIVER_EFFECT_KEY" >> ${join(dir, 'exec.log')}`] } },
+  ];
+}
+
+/** module.log has `lines` lines, every one written from the same worker thread (the drain's), none from the main thread. */
+function expectDrainThread(log: string, lines: number): void {
+  const threads = log.split('\n').filter((l) => l !== '').map((l) => l.slice(l.indexOf(' ') + 1));
+  expect(threads).toHaveLength(lines);
+  expect(threads[0]).toMatch(/^worker [1-9][0-9]*$/);
+  expect(new Set(threads).size).toBe(1);
+}
+
 describe.runIf(BINARY !== undefined)('the single executable', () => {
   const tmp = tempDir();
   afterAll(tmp.cleanup);
@@ -47,16 +76,10 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
 
   it('a session: serve, send-test, a duplicate, events list and show, exec and module effects, SIGTERM', async () => {
     const s = setup();
-    // An ESM module effect beside the config: the executable's own script cannot import();
-    // it must still load this one.
-    writeFileSync(join(s.dir, 'record.mjs'), `import { appendFileSync } from 'node:fs';\nexport default async function (event, ctx) { appendFileSync(${JSON.stringify(join(s.dir, 'module.log'))}, ctx.key + '\\n'); }\n`);
-    const json = {
-      ...s.json,
-      routes: [
-        { name: 'mod', source: 'shop', events: ['*'], key: '{body.id}', effect: { module: './record.mjs' } },
-        { name: 'sh', source: 'shop', events: ['*'], key: '{body.id}', effect: { exec: ['/bin/sh', '-c', `echo "$RECEIVER_EFFECT_KEY" >> ${join(s.dir, 'exec.log')}`] } },
-      ],
-    };
+    // An ESM module effect and an exec effect beside the config, drained by serve's drain
+    // thread: the executable must carry and start that thread, import the module there and
+    // spawn from there.
+    const json = { ...s.json, routes: effectRoutes(s.dir) };
     const file = writeConfig(s.dir, json);
     const serve = await startServe(file, { env: s.env });
     try {
@@ -78,7 +101,7 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
       expect(((await again.json()) as { id: number }).id).toBe(id);
 
       const read = (name: string) => (existsSync(join(s.dir, name)) ? readFileSync(join(s.dir, name), 'utf8') : '');
-      await waitFor(() => (read('module.log').includes('o-7\n') && read('exec.log').includes('sh:o-7') ? true : undefined), 'both effects of o-7', 10_000);
+      await waitFor(() => (read('module.log').includes('o-7 ') && read('exec.log').includes('sh:o-7') ? true : undefined), 'both effects of o-7', 10_000);
 
       const list = await runCli(['events', 'list', '-c', file, '--json'], { env: s.env });
       expect(list.code).toBe(0);
@@ -89,12 +112,49 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
       const show = await runCli(['events', 'show', String(id), '-c', file, '--json'], { env: s.env });
       expect(show.code).toBe(0);
       expect(JSON.parse(show.stdout)).toMatchObject({ id, deliveryId: 'o-7', status: 'done' });
+      // The module ran in the drain thread, not in the main one.
+      expectDrainThread(read('module.log'), 2);
     } finally {
       expect(await serve.stop('SIGTERM')).toBe(0);
     }
     expect(serve.output().stderr).toContain('"msg":"stopped"');
+    expect(serve.output().stderr).toContain('"msg":"drain started"');
     // Every stderr line is a JSON log line (no runtime warning slipped in).
     for (const line of serve.output().stderr.split('\n').filter((l) => l !== '')) expect(() => JSON.parse(line)).not.toThrow();
+  });
+
+  it('serves the admin pages (login, overview, event page) and their JSON API; check-config and catch-up --help run', async () => {
+    const s = setup({ admin: { token: 'env:BIN_ADMIN_TOKEN' } });
+    const token = 'a'.repeat(40);
+    const env = { ...s.env, BIN_ADMIN_TOKEN: token };
+    const check = await runCli(['check-config', '-c', s.file], { env });
+    expect(check.code).toBe(0);
+    const help = await runCli(['catch-up', '--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/^Usage: receiver catch-up /);
+    const serve = await startServe(s.file, { env });
+    try {
+      expect((await runCli(['send-test', 'shop', '-c', s.file, '--url', serve.url], { env })).code).toBe(0);
+      const login = await fetch(`${serve.url}/admin/login`);
+      expect(login.status).toBe(200);
+      expect(await login.text()).toContain('<form');
+      const api = await fetch(`${serve.url}/admin/api/events`, { headers: { authorization: `Bearer ${token}` } });
+      expect(api.status).toBe(200);
+      const [event] = (await api.json()) as { id: number }[];
+      expect(event).toBeDefined();
+      const session = await fetch(`${serve.url}/admin/login`, { method: 'POST', redirect: 'manual', headers: { origin: serve.url }, body: new URLSearchParams({ token, next: '/admin' }) });
+      expect(session.status).toBe(303);
+      const cookie = session.headers.getSetCookie()[0]!.split(';')[0]!;
+      // The pages are Hono JSX (the overview with its chart, one event): rendered by the bundle.
+      const overview = await fetch(`${serve.url}/admin`, { headers: { cookie } });
+      expect(overview.status).toBe(200);
+      expect(await overview.text()).toContain('<svg');
+      const page = await fetch(`${serve.url}/admin/events/${event!.id}`, { headers: { cookie } });
+      expect(page.status).toBe(200);
+      expect(await page.text()).toContain('Replay');
+    } finally {
+      expect(await serve.stop('SIGTERM')).toBe(0);
+    }
   });
 
   it('writes the addon once per content hash, 0500 in a 0700 directory, and does not rewrite it', async () => {
@@ -145,21 +205,27 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
     expect(existsSync(s.cache)).toBe(false);
   });
 
-  it.runIf(pgOk)('PostgreSQL: serve and stats work and never write the SQLite addon', async () => {
+  it.runIf(pgOk)('PostgreSQL: serve drains module and exec effects in its thread, stats works, the SQLite addon is never written', async () => {
     const db = await createTestDatabase();
     try {
       const s = setup({ database: db.url });
-      const serve = await startServe(s.file, { env: s.env });
+      const file = writeConfig(s.dir, { ...s.json, routes: effectRoutes(s.dir) });
+      const read = (name: string) => (existsSync(join(s.dir, name)) ? readFileSync(join(s.dir, name), 'utf8') : '');
+      const serve = await startServe(file, { env: s.env });
       try {
-        const sent = await runCli(['send-test', 'shop', '-c', s.file, '--url', serve.url], { env: s.env });
+        const sent = await runCli(['send-test', 'shop', '-c', file, '--url', serve.url], { env: s.env });
         expect(sent.stdout).toMatch(/-> 202 /);
-        const stats = await runCli(['stats', '-c', s.file, '--json'], { env: s.env });
+        await waitFor(() => (read('module.log') !== '' && read('exec.log') !== '' ? true : undefined), 'both effects of the test event', 10_000);
+        expectDrainThread(read('module.log'), 1);
+        const stats = await runCli(['stats', '-c', file, '--json'], { env: s.env });
         expect(stats.code).toBe(0);
       } finally {
         expect(await serve.stop('SIGTERM')).toBe(0);
       }
+      expect(serve.output().stderr).toContain('"msg":"drain started"');
       expect(existsSync(s.cache)).toBe(false);
       expect(await db.query('SELECT delivery_id FROM events')).toHaveLength(1);
+      expect(await db.query("SELECT id FROM events WHERE status = 'done'")).toHaveLength(1);
     } finally {
       await db.drop();
     }

@@ -7,7 +7,8 @@
  *      ingest worker) into two CommonJS scripts: a single executable runs one CommonJS
  *      script, and the worker is started from its source (new Worker(code, { eval: true })).
  *      src/binary/drain-worker.ts (serve's drain thread) becomes an ES module instead (it
- *      awaits at its top level), started from a data: URL holding its source.
+ *      awaits at its top level), started from a data: URL holding its source and named by
+ *      a sourceURL comment in stack traces.
  *   2. The program, the workers' sources, better-sqlite3's addon and a stamp (version,
  *      commit, the addon's sha256) go into a blob (node --experimental-sea-config).
  *   3. postject injects the blob into a copy of node; the copy is renamed into place.
@@ -36,7 +37,13 @@ const bundle = (entry, outfile, format = 'cjs') =>
     format,
     // In the ES module, the bundled CommonJS packages' require() of node's own modules needs
     // a require (a data: URL module has no file of its own: one made from node's path).
-    ...(format === 'esm' ? { banner: { js: "import { createRequire as __receiverCreateRequire } from 'node:module';\nconst require = __receiverCreateRequire(process.execPath);" } } : {}),
+    // Its stack frames would name the whole data: URL it is started from: named instead.
+    ...(format === 'esm'
+      ? {
+          banner: { js: "import { createRequire as __receiverCreateRequire } from 'node:module';\nconst require = __receiverCreateRequire(process.execPath);" },
+          footer: { js: `//# sourceURL=receiver:${outfile}` },
+        }
+      : {}),
     target: `node${process.versions.node.split('.')[0]}`,
     // pg's optional native driver: pg requires it only when asked for (pg.native), never here.
     external: ['pg-native'],

@@ -123,6 +123,36 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
     for (const line of serve.output().stderr.split('\n').filter((l) => l !== '')) expect(() => JSON.parse(line)).not.toThrow();
   });
 
+  it('a module effect that cannot be loaded, or throws, fails with a short error naming its file, never the bundle', async () => {
+    const s = setup();
+    writeFileSync(join(s.dir, 'boom.mjs'), `export default async function () { throw new Error('boom from the handler'); }\n`);
+    const routes = [
+      { name: 'gone', source: 'shop', events: ['*'], key: '{body.id}', effect: { module: './missing.mjs' } },
+      { name: 'boom', source: 'shop', events: ['*'], key: '{body.id}', effect: { module: './boom.mjs' } },
+    ];
+    const file = writeConfig(s.dir, { ...s.json, routes });
+    const serve = await startServe(file, { env: s.env });
+    let log: { route: string; error: string | null }[] = [];
+    try {
+      expect((await runCli(['send-test', 'shop', '-c', file, '--url', serve.url], { env: s.env })).code).toBe(0);
+      const show = async () => JSON.parse((await runCli(['events', 'show', '1', '-c', file, '--json'], { env: s.env })).stdout) as { attemptLog: { route: string; error: string | null }[] };
+      for (const until = Date.now() + 10_000; !['gone', 'boom'].every((r) => log.some((a) => a.route === r)); ) {
+        if (Date.now() > until) throw new Error(`no failed attempt of each route within 10 s: ${JSON.stringify(log)}`);
+        await new Promise((r) => setTimeout(r, 100));
+        log = (await show()).attemptLog;
+      }
+    } finally {
+      expect(await serve.stop('SIGTERM')).toBe(0);
+    }
+    const gone = log.find((a) => a.route === 'gone')!.error!;
+    expect(gone).toContain(join(s.dir, 'missing.mjs'));
+    expect(log.find((a) => a.route === 'boom')!.error).toContain('boom from the handler');
+    for (const a of log) expect(a.error!.length).toBeLessThan(1000);
+    const stderr = serve.output().stderr;
+    expect(stderr).not.toContain('data:text/javascript');
+    for (const line of stderr.split('\n')) expect(line.length).toBeLessThan(5000);
+  });
+
   it('serves the admin pages (login, overview, event page) and their JSON API; check-config and catch-up --help run', async () => {
     const s = setup({ admin: { token: 'env:BIN_ADMIN_TOKEN' } });
     const token = 'a'.repeat(40);

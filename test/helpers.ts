@@ -1,8 +1,8 @@
 import { serve, type ServerType } from '@hono/node-server';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { resolveConfig, type Config } from '../src/config/load.js';
 import { run } from '../src/cli/main.js';
@@ -11,6 +11,49 @@ import { SqliteStore } from '../src/store/sqlite/index.js';
 
 export const REPO = new URL('..', import.meta.url).pathname;
 export const BIN = join(REPO, 'bin/receiver.js');
+
+/**
+ * RECEIVER_TEST_BINARY: the single executable (npm run build:binary) that runCli and
+ * startServe run instead of `node bin/receiver.js`, from a directory with no node_modules
+ * and with a PATH on which there is no node (test/binary/ runs a subset of the suite so).
+ */
+export const BINARY = process.env.RECEIVER_TEST_BINARY ? resolve(REPO, process.env.RECEIVER_TEST_BINARY) : undefined;
+
+let sandbox: { cwd: string; env: NodeJS.ProcessEnv } | undefined;
+
+/** The binary's surroundings: an empty working directory, and the system's tools on PATH except node. */
+export function binarySandbox(): { cwd: string; env: NodeJS.ProcessEnv } {
+  if (sandbox !== undefined) return sandbox;
+  const dir = mkdtempSync(join(tmpdir(), 'receiver-binary-'));
+  const bin = join(dir, 'bin');
+  mkdirSync(bin);
+  mkdirSync(join(dir, 'work'));
+  const seen = new Set<string>();
+  for (const from of ['/usr/local/bin', '/usr/bin', '/bin', '/usr/sbin', '/sbin']) {
+    let names: string[];
+    try {
+      names = readdirSync(from);
+    } catch {
+      continue;
+    }
+    for (const name of names) {
+      if (seen.has(name) || /^(node|nodejs|npm|npx|corepack)$/.test(name)) continue;
+      seen.add(name);
+      symlinkSync(join(from, name), join(bin, name));
+    }
+  }
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  // XDG_CACHE_HOME: the addon is written below the sandbox, not into this user's ~/.cache.
+  sandbox = { cwd: join(dir, 'work'), env: { PATH: bin, XDG_CACHE_HOME: join(dir, 'cache') } };
+  return sandbox;
+}
+
+/** The command, arguments, working directory and environment that run `receiver <args>`. */
+function receiverCommand(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string }): { file: string; args: string[]; cwd: string; env: NodeJS.ProcessEnv } {
+  if (BINARY === undefined) return { file: process.execPath, args: [BIN, ...args], cwd: options.cwd ?? REPO, env: { ...process.env, ...options.env } };
+  const box = binarySandbox();
+  return { file: BINARY, args, cwd: options.cwd ?? box.cwd, env: { ...process.env, ...box.env, ...options.env } };
+}
 
 /** A fresh temp directory, removed by the returned cleanup. */
 export function tempDir(prefix = 'receiver-test-'): { dir: string; cleanup: () => void } {
@@ -71,10 +114,11 @@ export interface CliResult {
   stderr: string;
 }
 
-/** Runs bin/receiver.js as a subprocess (tests the CLI by exit code and output). */
+/** Runs bin/receiver.js (or RECEIVER_TEST_BINARY) as a subprocess (tests the CLI by exit code and output). */
 export function runCli(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string; timeoutMs?: number } = {}): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { cwd: options.cwd ?? REPO, env: { ...process.env, ...options.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const run = receiverCommand(args, options);
+    const child = spawn(run.file, run.args, { cwd: run.cwd, env: run.env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -115,14 +159,11 @@ export interface ServeProcess {
   stop: (signal?: NodeJS.Signals) => Promise<number | null>;
 }
 
-/** Starts `receiver serve` as a real child process on port 0 and waits for its "listening" log line. */
+/** Starts `receiver serve` (or RECEIVER_TEST_BINARY's) as a real child process on port 0 and waits for its "listening" log line. */
 export function startServe(configFile: string, options: { env?: NodeJS.ProcessEnv; args?: string[]; cwd?: string } = {}): Promise<ServeProcess> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, 'serve', '-c', configFile, '--port', '0', ...(options.args ?? [])], {
-      cwd: options.cwd ?? REPO,
-      env: { ...process.env, ...options.env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const run = receiverCommand(['serve', '-c', configFile, '--port', '0', ...(options.args ?? [])], options);
+    const child = spawn(run.file, run.args, { cwd: run.cwd, env: run.env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     let started = false;

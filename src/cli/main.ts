@@ -1,3 +1,6 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { ReceiverError } from '../errors.js';
 import { registerCatchUp } from './catch-up.js';
@@ -18,6 +21,40 @@ export function exitCodeFor(e: unknown): number {
   return 1;
 }
 
+/** What `--version` prints; the single executable stamps its own at build time. */
+export interface BuildStamp {
+  version: string;
+  /** The git commit it was built from, `-dirty` when the tree had changes. */
+  commit?: string;
+}
+
+let stamp: BuildStamp | undefined;
+
+export function useBuildStamp(s: BuildStamp): void {
+  stamp = s;
+}
+
+/** A checkout's version: package.json beside src/ or dist/, the commit when it is a git clone. */
+export function checkoutStamp(): BuildStamp {
+  const root = fileURLToPath(new URL('../../', import.meta.url));
+  const { version } = JSON.parse(readFileSync(`${root}package.json`, 'utf8')) as { version: string };
+  // Only the package's own .git: an npm install inside some other repository is not that commit.
+  if (!existsSync(`${root}.git`)) return { version };
+  try {
+    const commit = execFileSync('git', ['describe', '--always', '--dirty', '--abbrev=12', '--exclude=*'], { cwd: root, stdio: ['ignore', 'pipe', 'ignore'], timeout: 5000 })
+      .toString()
+      .trim();
+    return commit === '' ? { version } : { version, commit };
+  } catch {
+    return { version }; // no git on this host: the version alone
+  }
+}
+
+function versionText(): string {
+  const s = stamp ?? checkoutStamp();
+  return s.commit === undefined ? s.version : `${s.version} (commit ${s.commit})`;
+}
+
 export function buildProgram(io: CliIo = processIo()): Command {
   const program = new Command('receiver')
     .description('Self-hosted webhook receiver: verified, deduplicated, durable webhooks, applied exactly once in effect')
@@ -25,6 +62,13 @@ export function buildProgram(io: CliIo = processIo()): Command {
     .exitOverride();
   // Set before the subcommands are added: they copy it.
   program.configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s) });
+  // Commander's own .version() wants the text up front; this finds it (git) only when asked.
+  program.option('-V, --version', 'print the version (and the commit it was built from) and exit');
+  program.on('option:version', () => {
+    const text = versionText();
+    io.stdout.write(`${text}\n`);
+    throw new CommanderError(0, 'commander.version', text);
+  });
   registerServe(program, io);
   registerCheckConfig(program, io);
   registerSendTest(program, io);

@@ -7,8 +7,18 @@ import type { Drain, DrainOptions } from './loop.js';
 import type { DrainWorkerInit, FromDrainWorker, ToDrainWorker } from './worker.js';
 
 // src/drain and dist/drain are both two levels below the package root, so this finds the
-// compiled worker from either (tests run src; the worker runs compiled JS).
-const WORKER_URL = new URL('../../dist/drain/worker.js', import.meta.url);
+// compiled worker from either (tests run src; the worker runs compiled JS). The single
+// executable has no import.meta.url and no dist/: it sets the worker's source instead, and
+// until it does, the thread fails saying so.
+let WORKER_URL =
+  typeof import.meta.url === 'string'
+    ? new URL('../../dist/drain/worker.js', import.meta.url)
+    : new URL(`data:text/javascript,${encodeURIComponent('throw new Error("no drain worker: useDrainWorkerSource was not called")')}`);
+
+/** The worker as one ES module's source; the single executable sets it (it has no dist/ beside it). Started from a data: URL. */
+export function useDrainWorkerSource(source: string): void {
+  WORKER_URL = new URL(`data:text/javascript;base64,${Buffer.from(source).toString('base64')}`);
+}
 
 /**
  * The configuration as the drain thread gets it: plain data that crosses to the thread as

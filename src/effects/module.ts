@@ -49,6 +49,13 @@ export function moduleOrigin(): ModuleOrigin | undefined {
   return origin.getStore();
 }
 
+/** import(); the single executable sets its own (its script cannot import() a file itself). */
+let importModule = (url: string): Promise<{ default?: unknown }> => import(url);
+
+export function useModuleImporter(importer: (url: string) => Promise<{ default?: unknown }>): void {
+  importModule = importer;
+}
+
 /** Resolves a route's `module` relative to the configuration file's directory. */
 export function modulePath(spec: string, configFile: string): string {
   return isAbsolute(spec) ? spec : resolve(dirname(resolve(configFile)), spec);
@@ -58,7 +65,7 @@ export function modulePath(spec: string, configFile: string): string {
 export function loadHandler(path: string): Promise<ModuleHandler> {
   let p = loaded.get(path);
   if (p === undefined) {
-    p = import(pathToFileURL(path).href).then((m: { default?: unknown }) => {
+    p = importModule(pathToFileURL(path).href).then((m) => {
       if (typeof m.default !== 'function') throw new Error(`module ${path} has no default export function (export default async function (event, ctx) { ... })`);
       return m.default as ModuleHandler;
     });

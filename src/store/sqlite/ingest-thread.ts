@@ -6,7 +6,15 @@ import type { SerializedError, WorkerInit, WorkerReply, WorkerRequest } from './
 
 // src/store/sqlite and dist/store/sqlite are both three levels below the package root, so
 // this finds the compiled worker from either (tests run src; the worker runs compiled JS).
-const WORKER_URL = new URL('../../../dist/store/sqlite/ingest-worker.js', import.meta.url);
+// A function: the single executable has no import.meta.url and runs its own worker source.
+const workerUrl = () => new URL('../../../dist/store/sqlite/ingest-worker.js', import.meta.url);
+
+/** The worker's whole source as one script; the single executable sets it (it has no dist/ beside it). */
+let workerSource: string | undefined;
+
+export function useIngestWorkerSource(source: string): void {
+  workerSource = source;
+}
 
 function revive(e: SerializedError): ReceiverError {
   if (e.kind !== undefined) return new ReceiverError(e.kind as ErrorKind, e.message, e.hint === undefined ? {} : { hint: e.hint });
@@ -22,7 +30,8 @@ export class IngestThread {
   readonly ready: Promise<void>;
 
   constructor(path: string, busyTimeoutMs: number, ingestWaiting?: SharedArrayBuffer) {
-    this.#worker = new Worker(WORKER_URL, { workerData: { path, busyTimeoutMs, ingestWaiting } satisfies WorkerInit });
+    const workerData = { path, busyTimeoutMs, ingestWaiting } satisfies WorkerInit;
+    this.#worker = workerSource === undefined ? new Worker(workerUrl(), { workerData }) : new Worker(workerSource, { eval: true, workerData });
     let failOpen: (e: ReceiverError) => void = () => undefined;
     this.ready = new Promise((resolve, reject) => {
       failOpen = reject;

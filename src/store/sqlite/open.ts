@@ -7,6 +7,14 @@ import { LATEST_VERSION, migrations } from './migrations.js';
 
 export type Db = Database.Database;
 
+/** Loads better-sqlite3's addon; the single executable sets it (it has no node_modules to find one in). */
+let nativeBinding: (() => object) | undefined;
+
+/** Every later open in this thread uses the addon `load` returns instead of node_modules' own. */
+export function useNativeBinding(load: () => object): void {
+  nativeBinding = load;
+}
+
 export interface OpenOptions {
   /** SQLite's own busy wait, in ms. It blocks the thread: keep it short inside `serve`. */
   busyTimeoutMs: number;
@@ -28,9 +36,12 @@ export function openSqlite(path: string, options: OpenOptions): Db {
       });
     }
   }
+  // Outside the try: a refused addon says why itself (which directory, what to change).
+  // The typings say string; better-sqlite3 also takes the loaded addon object.
+  const binding = nativeBinding === undefined ? {} : { nativeBinding: nativeBinding() as unknown as string };
   let db: Db;
   try {
-    db = new Database(path, { timeout: options.busyTimeoutMs, readonly: options.readonly ?? false });
+    db = new Database(path, { timeout: options.busyTimeoutMs, readonly: options.readonly ?? false, ...binding });
   } catch (e) {
     throw openError(path, e);
   }

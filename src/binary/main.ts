@@ -1,0 +1,12 @@
+/** The single executable's program (scripts/build-binary.mjs bundles it): bin/receiver.js with its files carried inside. */
+import { getAsset } from 'node:sea';
+import { main, useBuildStamp } from '../cli/main.js';
+import { useDrainWorkerSource } from '../drain/thread.js';
+import { useIngestWorkerSource } from '../store/sqlite/ingest-thread.js';
+import { stamp } from './hooks.js';
+import './importer.js';
+
+useBuildStamp(stamp.commit === undefined ? { version: stamp.version } : { version: stamp.version, commit: stamp.commit });
+useIngestWorkerSource(getAsset('ingest-worker.js', 'utf8'));
+useDrainWorkerSource(getAsset('drain-worker.mjs', 'utf8'));
+void main(process.argv);

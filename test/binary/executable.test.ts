@@ -1,0 +1,263 @@
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { openSqlite } from '../../src/store/sqlite/open.js';
+import { BINARY, binarySandbox, makeConfig, runCli, startServe, tempDir, waitFor, writeConfig } from '../helpers.js';
+import { createTestDatabase, postgresAvailable } from '../postgres-helpers.js';
+
+/**
+ * What only the single executable does (the binary project runs the rest of the CLI and
+ * serve tests against it too): it runs with no node and no node_modules, imports module
+ * effects, and carries better-sqlite3's addon, which it writes once per content hash into
+ * a private directory and checks before loading.
+ */
+
+const require = createRequire(import.meta.url);
+const ADDON = join(dirname(require.resolve('better-sqlite3/package.json')), 'build/Release/better_sqlite3.node');
+const addonSha = createHash('sha256').update(readFileSync(ADDON)).digest('hex');
+const sha = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex');
+const pgOk = await postgresAvailable();
+
+/**
+ * Two routes for every event of `shop`: an ESM module effect that appends "<key> <thread>"
+ * to module.log (thread: "main", or "worker <threadId>"), and an exec effect appending the
+ * effect key to exec.log. In serve both run in the drain's thread.
+ */
+function effectRoutes(dir: string): unknown[] {
+  writeFileSync(
+    join(dir, 'record.mjs'),
+    [
+      `import { appendFileSync } from 'node:fs';`,
+      `import { isMainThread, threadId } from 'node:worker_threads';`,
+      `export default async function (event, ctx) { appendFileSync(${JSON.stringify(join(dir, 'module.log'))}, ctx.key + ' ' + (isMainThread ? 'main' : 'worker ' + threadId) + '\\n'); }`,
+      '',
+    ].join('\n'),
+  );
+  return [
+    { name: 'mod', source: 'shop', events: ['*'], key: '{body.id}', effect: { module: './record.mjs' } },
+    { name: 'sh', source: 'shop', events: ['*'], key: '{body.id}', effect: { exec: ['/bin/sh', '-c', `echo "$RECEIVER_EFFECT_KEY" >> ${join(dir, 'exec.log')}`] } },
+  ];
+}
+
+/** module.log has `lines` lines, every one written from the same worker thread (the drain's), none from the main thread. */
+function expectDrainThread(log: string, lines: number): void {
+  const threads = log.split('\n').filter((l) => l !== '').map((l) => l.slice(l.indexOf(' ') + 1));
+  expect(threads).toHaveLength(lines);
+  expect(threads[0]).toMatch(/^worker [1-9][0-9]*$/);
+  expect(new Set(threads).size).toBe(1);
+}
+
+describe.runIf(BINARY !== undefined)('the single executable', () => {
+  const tmp = tempDir();
+  afterAll(tmp.cleanup);
+  let k = 0;
+  /** A fresh directory with a config (one hmac source) and its own cache directory for the addon. */
+  const setup = (extra: Record<string, unknown> = {}) => {
+    const dir = join(tmp.dir, String(++k));
+    mkdirSync(dir);
+    const source = { provider: 'hmac-sha256', header: 'X-Signature', prefix: 'sha256=', secret: 'env:BIN_SHOP_SECRET', deliveryId: '{body.id}', eventType: '{body.type}' };
+    const json = { sources: { shop: source }, ...extra };
+    // stats refuses a missing database: made here, by node_modules' own better-sqlite3.
+    if (!('database' in extra)) openSqlite(join(dir, 'receiver.db'), { busyTimeoutMs: 0 }).close();
+    return { dir, json, file: writeConfig(dir, json), cache: join(dir, 'cache'), env: { BIN_SHOP_SECRET: 'shop-secret-9f2', XDG_CACHE_HOME: join(dir, 'cache') } };
+  };
+
+  it('runs with no node on PATH, from a directory with no node_modules above it', async () => {
+    const box = binarySandbox();
+    expect(spawnSync('sh', ['-c', 'command -v node'], { env: box.env }).status).not.toBe(0);
+    for (let d = box.cwd; d !== dirname(d); d = dirname(d)) expect(existsSync(join(d, 'node_modules'))).toBe(false);
+    const r = await runCli(['--help']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^Usage: receiver /);
+  });
+
+  it('a session: serve, send-test, a duplicate, events list and show, exec and module effects, SIGTERM', async () => {
+    const s = setup();
+    // An ESM module effect and an exec effect beside the config, drained by serve's drain
+    // thread: the executable must carry and start that thread, import the module there and
+    // spawn from there.
+    const json = { ...s.json, routes: effectRoutes(s.dir) };
+    const file = writeConfig(s.dir, json);
+    const serve = await startServe(file, { env: s.env });
+    try {
+      const sent = await runCli(['send-test', 'shop', '-c', file, '--url', serve.url], { env: s.env });
+      expect(sent.code).toBe(0);
+      expect(sent.stdout).toMatch(/-> 202 /);
+
+      const config = makeConfig(json, s.dir, s.env);
+      const source = config.sources.get('shop')!;
+      const body = '{"id":"o-7","type":"order.paid"}';
+      const url = `${serve.url}/webhooks/shop`;
+      const signed = source.provider.sign(Buffer.from(body), 'shop-secret-9f2', Date.now(), source, url);
+      const post = () => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...signed.headers }, body });
+      const first = await post();
+      const again = await post();
+      expect(first.status).toBe(202);
+      expect(again.status).toBe(202);
+      const id = ((await first.json()) as { id: number }).id;
+      expect(((await again.json()) as { id: number }).id).toBe(id);
+
+      const read = (name: string) => (existsSync(join(s.dir, name)) ? readFileSync(join(s.dir, name), 'utf8') : '');
+      await waitFor(() => (read('module.log').includes('o-7 ') && read('exec.log').includes('sh:o-7') ? true : undefined), 'both effects of o-7', 10_000);
+
+      const list = await runCli(['events', 'list', '-c', file, '--json'], { env: s.env });
+      expect(list.code).toBe(0);
+      const events = JSON.parse(list.stdout) as { id: number; deliveryId: string; duplicates: number }[];
+      expect(events).toHaveLength(2);
+      expect(events.find((e) => e.id === id)).toMatchObject({ deliveryId: 'o-7', duplicates: 1 });
+      await waitFor(() => (read('module.log').split('\n').length === 3 ? true : undefined), 'the send-test event done', 10_000);
+      const show = await runCli(['events', 'show', String(id), '-c', file, '--json'], { env: s.env });
+      expect(show.code).toBe(0);
+      expect(JSON.parse(show.stdout)).toMatchObject({ id, deliveryId: 'o-7', status: 'done' });
+      // The module ran in the drain thread, not in the main one.
+      expectDrainThread(read('module.log'), 2);
+    } finally {
+      expect(await serve.stop('SIGTERM')).toBe(0);
+    }
+    expect(serve.output().stderr).toContain('"msg":"stopped"');
+    expect(serve.output().stderr).toContain('"msg":"drain started"');
+    // Every stderr line is a JSON log line (no runtime warning slipped in).
+    for (const line of serve.output().stderr.split('\n').filter((l) => l !== '')) expect(() => JSON.parse(line)).not.toThrow();
+  });
+
+  it('a module effect that cannot be loaded, or throws, fails with a short error naming its file, never the bundle', async () => {
+    const s = setup();
+    writeFileSync(join(s.dir, 'boom.mjs'), `export default async function () { throw new Error('boom from the handler'); }\n`);
+    const routes = [
+      { name: 'gone', source: 'shop', events: ['*'], key: '{body.id}', effect: { module: './missing.mjs' } },
+      { name: 'boom', source: 'shop', events: ['*'], key: '{body.id}', effect: { module: './boom.mjs' } },
+    ];
+    const file = writeConfig(s.dir, { ...s.json, routes });
+    const serve = await startServe(file, { env: s.env });
+    let log: { route: string; error: string | null }[] = [];
+    try {
+      expect((await runCli(['send-test', 'shop', '-c', file, '--url', serve.url], { env: s.env })).code).toBe(0);
+      const show = async () => JSON.parse((await runCli(['events', 'show', '1', '-c', file, '--json'], { env: s.env })).stdout) as { attemptLog: { route: string; error: string | null }[] };
+      for (const until = Date.now() + 10_000; !['gone', 'boom'].every((r) => log.some((a) => a.route === r)); ) {
+        if (Date.now() > until) throw new Error(`no failed attempt of each route within 10 s: ${JSON.stringify(log)}`);
+        await new Promise((r) => setTimeout(r, 100));
+        log = (await show()).attemptLog;
+      }
+    } finally {
+      expect(await serve.stop('SIGTERM')).toBe(0);
+    }
+    const gone = log.find((a) => a.route === 'gone')!.error!;
+    expect(gone).toContain(join(s.dir, 'missing.mjs'));
+    expect(log.find((a) => a.route === 'boom')!.error).toContain('boom from the handler');
+    for (const a of log) expect(a.error!.length).toBeLessThan(1000);
+    const stderr = serve.output().stderr;
+    expect(stderr).not.toContain('data:text/javascript');
+    for (const line of stderr.split('\n')) expect(line.length).toBeLessThan(5000);
+  });
+
+  it('serves the admin pages (login, overview, event page) and their JSON API; check-config and catch-up --help run', async () => {
+    const s = setup({ admin: { token: 'env:BIN_ADMIN_TOKEN' } });
+    const token = 'a'.repeat(40);
+    const env = { ...s.env, BIN_ADMIN_TOKEN: token };
+    const check = await runCli(['check-config', '-c', s.file], { env });
+    expect(check.code).toBe(0);
+    const help = await runCli(['catch-up', '--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/^Usage: receiver catch-up /);
+    const serve = await startServe(s.file, { env });
+    try {
+      expect((await runCli(['send-test', 'shop', '-c', s.file, '--url', serve.url], { env })).code).toBe(0);
+      const login = await fetch(`${serve.url}/admin/login`);
+      expect(login.status).toBe(200);
+      expect(await login.text()).toContain('<form');
+      const api = await fetch(`${serve.url}/admin/api/events`, { headers: { authorization: `Bearer ${token}` } });
+      expect(api.status).toBe(200);
+      const [event] = (await api.json()) as { id: number }[];
+      expect(event).toBeDefined();
+      const session = await fetch(`${serve.url}/admin/login`, { method: 'POST', redirect: 'manual', headers: { origin: serve.url }, body: new URLSearchParams({ token, next: '/admin' }) });
+      expect(session.status).toBe(303);
+      const cookie = session.headers.getSetCookie()[0]!.split(';')[0]!;
+      // The pages are Hono JSX (the overview with its chart, one event): rendered by the bundle.
+      const overview = await fetch(`${serve.url}/admin`, { headers: { cookie } });
+      expect(overview.status).toBe(200);
+      expect(await overview.text()).toContain('<svg');
+      const page = await fetch(`${serve.url}/admin/events/${event!.id}`, { headers: { cookie } });
+      expect(page.status).toBe(200);
+      expect(await page.text()).toContain('Replay');
+    } finally {
+      expect(await serve.stop('SIGTERM')).toBe(0);
+    }
+  });
+
+  it('writes the addon once per content hash, 0500 in a 0700 directory, and does not rewrite it', async () => {
+    const s = setup();
+    expect((await runCli(['stats', '-c', s.file], { env: s.env })).code).toBe(0);
+    const dir = join(s.cache, 'receiver');
+    expect(readdirSync(dir)).toEqual([`better_sqlite3-${addonSha.slice(0, 16)}.node`]);
+    const file = join(dir, readdirSync(dir)[0]!);
+    expect(sha(file)).toBe(addonSha);
+    expect(statSync(dir).mode & 0o777).toBe(0o700);
+    expect(statSync(file).mode & 0o777).toBe(0o500);
+    const before = statSync(file);
+    expect((await runCli(['stats', '-c', s.file], { env: s.env })).code).toBe(0);
+    const after = statSync(file);
+    expect([after.ino, after.mtimeMs]).toEqual([before.ino, before.mtimeMs]);
+  });
+
+  it('an addon file whose bytes changed is replaced before it is loaded', async () => {
+    const s = setup();
+    expect((await runCli(['stats', '-c', s.file], { env: s.env })).code).toBe(0);
+    const file = join(s.cache, 'receiver', `better_sqlite3-${addonSha.slice(0, 16)}.node`);
+    chmodSync(file, 0o600);
+    writeFileSync(file, 'not a shared library');
+    chmodSync(file, 0o500);
+    const r = await runCli(['stats', '-c', s.file, '--json'], { env: s.env });
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(sha(file)).toBe(addonSha);
+  });
+
+  it('refuses a directory that others can write: exit 2, names it and the fix, loads nothing', async () => {
+    const s = setup();
+    const dir = join(s.cache, 'receiver');
+    mkdirSync(dir, { recursive: true });
+    chmodSync(dir, 0o777);
+    const r = await runCli(['stats', '-c', s.file], { env: s.env });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain(dir);
+    expect(r.stderr).toContain('Try: set RECEIVER_NATIVE_DIR');
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it('RECEIVER_NATIVE_DIR chooses the directory', async () => {
+    const s = setup();
+    const chosen = join(s.dir, 'native');
+    expect((await runCli(['stats', '-c', s.file], { env: { ...s.env, RECEIVER_NATIVE_DIR: chosen } })).code).toBe(0);
+    expect(readdirSync(chosen)).toEqual([`better_sqlite3-${addonSha.slice(0, 16)}.node`]);
+    expect(existsSync(s.cache)).toBe(false);
+  });
+
+  it.runIf(pgOk)('PostgreSQL: serve drains module and exec effects in its thread, stats works, the SQLite addon is never written', async () => {
+    const db = await createTestDatabase();
+    try {
+      const s = setup({ database: db.url });
+      const file = writeConfig(s.dir, { ...s.json, routes: effectRoutes(s.dir) });
+      const read = (name: string) => (existsSync(join(s.dir, name)) ? readFileSync(join(s.dir, name), 'utf8') : '');
+      const serve = await startServe(file, { env: s.env });
+      try {
+        const sent = await runCli(['send-test', 'shop', '-c', file, '--url', serve.url], { env: s.env });
+        expect(sent.stdout).toMatch(/-> 202 /);
+        await waitFor(() => (read('module.log') !== '' && read('exec.log') !== '' ? true : undefined), 'both effects of the test event', 10_000);
+        expectDrainThread(read('module.log'), 1);
+        const stats = await runCli(['stats', '-c', file, '--json'], { env: s.env });
+        expect(stats.code).toBe(0);
+      } finally {
+        expect(await serve.stop('SIGTERM')).toBe(0);
+      }
+      expect(serve.output().stderr).toContain('"msg":"drain started"');
+      expect(existsSync(s.cache)).toBe(false);
+      expect(await db.query('SELECT delivery_id FROM events')).toHaveLength(1);
+      expect(await db.query("SELECT id FROM events WHERE status = 'done'")).toHaveLength(1);
+    } finally {
+      await db.drop();
+    }
+  });
+});

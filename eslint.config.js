@@ -14,4 +14,17 @@ export default tseslint.config(
       'no-console': 'off',
     },
   },
+  // Rules that need the types: a promise nobody awaits can lose a commit's error or an
+  // effect's result; an unhandled case of the vocabulary is a status nobody settles.
+  {
+    files: ['src/**/*.ts', 'src/**/*.tsx', 'test/**/*.ts', 'test/**/*.tsx'],
+    languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': 'error',
+      '@typescript-eslint/await-thenable': 'error',
+      '@typescript-eslint/no-unnecessary-type-assertion': 'error',
+      '@typescript-eslint/switch-exhaustiveness-check': 'error',
+    },
+  },
 );

@@ -168,8 +168,8 @@ export function startServe(configFile: string, options: { env?: NodeJS.ProcessEn
     let stderr = '';
     let started = false;
     const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
-    child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr!.on('data', (d: Buffer) => {
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => {
       stderr += d.toString();
       const m = /"port":(\d+)[^\n]*"msg":"listening"/.exec(stderr);
       if (!started && m !== null) {

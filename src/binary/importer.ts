@@ -20,4 +20,4 @@ const emitWarning = process.emitWarning.bind(process);
 process.emitWarning = ((warning: string | Error, ...rest: never[]) => {
   if ((typeof warning === 'string' ? warning : warning.message).includes('USE_MAIN_CONTEXT_DEFAULT_LOADER')) return;
   emitWarning(warning, ...rest);
-}) as typeof process.emitWarning;
+});

@@ -309,7 +309,7 @@ export function caseArbitrary(sign: Signer, maxBodyBytes: number): fc.Arbitrary<
           name: `generated ${r.method} ${r.target.slice(0, 40)} (${r.framing}${r.signedFor === null ? '' : `, signed for ${r.signedFor}`})`,
           method: r.method,
           target: r.signedFor === null ? r.target : `/webhooks/${r.signedFor}`,
-          headers: r.headers as [string, string][],
+          headers: r.headers,
           body: r.body,
           framing: r.signedFor === null ? r.framing : 'length',
           ...(r.signedFor === null ? {} : { signedFor: r.signedFor }),

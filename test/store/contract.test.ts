@@ -240,11 +240,11 @@ describe.each(backends)('$name store contract', (backend) => {
       const [b, a, aDup, aConflict, bDup, c] = results;
       expect(aDup).toEqual({ ...a, outcome: 'duplicate' });
       expect(bDup).toEqual({ ...b, outcome: 'duplicate' });
-      expect(aConflict!.status).toBe(409);
+      expect(aConflict.status).toBe(409);
       // Event ids follow arrival order (the drain's order), whatever order rows were written in.
-      expect(b!.eventId).toBeLessThan(a!.eventId);
-      expect(a!.eventId).toBeLessThan(c!.eventId);
-      expect((await store.getEvent(a!.eventId))!.body!.toString()).toBe('{"v":1}');
+      expect(b.eventId).toBeLessThan(a.eventId);
+      expect(a.eventId).toBeLessThan(c.eventId);
+      expect((await store.getEvent(a.eventId))!.body!.toString()).toBe('{"v":1}');
       expect(await store.listEvents({ limit: 10 })).toHaveLength(3);
     });
 

@@ -1,4 +1,3 @@
-import type { Statement } from 'better-sqlite3';
 import { acceptedAnswer, conflictAnswer, type IngestResult, type NewEvent } from '../types.js';
 import type { Db } from './open.js';
 import { isSameEvent } from '../catch-up-types.js';
@@ -37,7 +36,7 @@ export function ingestOne(s: IngestStatements, e: NewEvent): IngestResult {
   const extra = e.extraIds === undefined ? null : JSON.stringify(e.extraIds);
   // An event no route applies to is done on arrival: the drain never has to look at it.
   const done = e.routed === false;
-  const run = (s.insert as Statement).run(e.source, e.deliveryId, e.eventType, done ? 'done' : 'pending', e.receivedAt, headers, e.body, e.bodySha256, extra, e.successStatus, e.receivedAt, done ? e.receivedAt : null);
+  const run = (s.insert).run(e.source, e.deliveryId, e.eventType, done ? 'done' : 'pending', e.receivedAt, headers, e.body, e.bodySha256, extra, e.successStatus, e.receivedAt, done ? e.receivedAt : null);
   if (run.changes === 1) {
     const id = Number(run.lastInsertRowid);
     const body = acceptedAnswer(id);

@@ -12,7 +12,10 @@ export default defineConfig({
     pool: 'forks',
     maxWorkers: 2,
     projects: [
-      { extends: true, test: { name: 'node', include: ['test/**/*.test.ts'], exclude: ['test/binary/executable.test.ts'], globalSetup: ['test/global-setup.ts'] } },
+      {
+        extends: true,
+        test: { name: 'node', include: ['test/**/*.test.ts'], exclude: ['test/binary/executable.test.ts'], globalSetup: ['test/global-setup.ts'] },
+      },
       {
         // The single executable, through the same subprocess helpers (test/helpers.ts), from a
         // directory without node_modules and with no node on PATH: every subcommand, serve,

@@ -101,11 +101,31 @@ if (args.db !== undefined) {
       const status = i % 1000 === 7 ? 'pending' : i % 100 === 3 ? 'dead' : 'done';
       const receivedAt = now - span + Math.floor((i / EVENTS) * span);
       const deliveryId = `evt_${id.toString(16).padStart(8, '0')}`; // as the PostgreSQL build makes them
-      const body = Buffer.from(JSON.stringify({ id: deliveryId, type: TYPES[i % 4], data: { object: { id: `obj_${id}`, amount: (i % 5000) * 100, currency: 'eur', customer: `cus_${i % 7919}`, email: `customer${i % 7919}@example.com` } }, created: Math.floor(receivedAt / 1000) }));
+      const body = Buffer.from(
+        JSON.stringify({
+          id: deliveryId,
+          type: TYPES[i % 4],
+          data: {
+            object: { id: `obj_${id}`, amount: (i % 5000) * 100, currency: 'eur', customer: `cus_${i % 7919}`, email: `customer${i % 7919}@example.com` },
+          },
+          created: Math.floor(receivedAt / 1000),
+        }),
+      );
       ins.run(
-        id, source, deliveryId, TYPES[i % 4], status, receivedAt, headers, body, createHash('sha256').update(body).digest('hex'),
-        JSON.stringify({ status: 'accepted', id }), status === 'pending' ? 0 : status === 'dead' ? 12 : 1, receivedAt,
-        status === 'dead' ? 'exit 1: smtp connection refused (gave up after 12 attempts)' : null, status === 'pending' ? null : receivedAt + 800,
+        id,
+        source,
+        deliveryId,
+        TYPES[i % 4],
+        status,
+        receivedAt,
+        headers,
+        body,
+        createHash('sha256').update(body).digest('hex'),
+        JSON.stringify({ status: 'accepted', id }),
+        status === 'pending' ? 0 : status === 'dead' ? 12 : 1,
+        receivedAt,
+        status === 'dead' ? 'exit 1: smtp connection refused (gave up after 12 attempts)' : null,
+        status === 'pending' ? null : receivedAt + 800,
       );
     }
   });
@@ -150,7 +170,12 @@ for (const signal of ['SIGINT', 'SIGTERM']) {
   });
 }
 
-const login = await fetch(`${url}/admin/login`, { method: 'POST', redirect: 'manual', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `token=${TOKEN}` });
+const login = await fetch(`${url}/admin/login`, {
+  method: 'POST',
+  redirect: 'manual',
+  headers: { 'content-type': 'application/x-www-form-urlencoded' },
+  body: `token=${TOKEN}`,
+});
 const cookie = login.headers.getSetCookie()[0]?.split(';')[0];
 if (login.status !== 303 || cookie === undefined) throw new Error(`login failed: ${login.status}`);
 
@@ -178,7 +203,9 @@ async function measure(name, path, headers, n = REQUESTS) {
   server.sort((a, b) => a - b);
   client.sort((a, b) => a - b);
   const f = (x) => x.toFixed(1).padStart(7);
-  console.log(`${name.padEnd(44)} server p50 ${f(pct(server, 50))} ms  p99 ${f(pct(server, 99))} ms  max ${f(server[server.length - 1])} ms   client p50 ${f(pct(client, 50))} ms   rows ${rows}`);
+  console.log(
+    `${name.padEnd(44)} server p50 ${f(pct(server, 50))} ms  p99 ${f(pct(server, 99))} ms  max ${f(server[server.length - 1])} ms   client p50 ${f(pct(client, 50))} ms   rows ${rows}`,
+  );
   return { p50: pct(server, 50), p99: pct(server, 99) };
 }
 
@@ -199,11 +226,20 @@ await measure('API status=pending, first page (0.1 % of events)', '/admin/api/ev
 await measure('API source=github, deep page', () => `/admin/api/events?source=github&before=${deepCursor()}`, api);
 await measure('API type=push, deep page', () => `/admin/api/events?type=push&before=${deepCursor()}`, api);
 await measure('API delivery id, exact (any source)', () => `/admin/api/events?delivery=evt_${deepCursor().toString(16).padStart(8, '0')}`, api);
-await measure('API delivery id prefix matching the newest events', `/admin/api/events?delivery=evt_${(EVENTS - 1).toString(16).padStart(8, '0').slice(0, 5)}&match=prefix`, api);
+await measure(
+  'API delivery id prefix matching the newest events',
+  `/admin/api/events?delivery=evt_${(EVENTS - 1).toString(16).padStart(8, '0').slice(0, 5)}&match=prefix`,
+  api,
+);
 // A prefix only old events have: the walk down the ids passes every newer event first (20 requests).
 await measure('API delivery id prefix matching only the oldest ~6 % (20 requests)', '/admin/api/events?delivery=evt_0000&match=prefix', api, 20);
 // No index on received_at: the walk down the ids passes every newer event first (20 requests).
-await measure('API received in one day 60 days ago (20 requests)', `/admin/api/events?from=${new Date(now - 60 * 24 * HOUR).toISOString()}&to=${new Date(now - 59 * 24 * HOUR).toISOString()}`, api, 20);
+await measure(
+  'API received in one day 60 days ago (20 requests)',
+  `/admin/api/events?from=${new Date(now - 60 * 24 * HOUR).toISOString()}&to=${new Date(now - 59 * 24 * HOUR).toISOString()}`,
+  api,
+  20,
+);
 await measure('API received in the last day', `/admin/api/events?from=${new Date(now - 24 * HOUR).toISOString()}`, api);
 await measure('page /admin/events/:id (one event)', () => `/admin/events/${1 + Math.floor(Math.random() * EVENTS)}`, page);
 await measure('page /admin/ (overview: full stats scan; 10 requests)', '/admin/', page, 10);

@@ -169,13 +169,17 @@ for (let round = 0; round < Number(args.rounds); round++) {
     results[name].peak.push(peak);
     results[name].rps.push(r.requests.average);
     results[name].bad += r.non2xx + r.errors + r.timeouts;
-    console.log(`round ${round + 1} ${name.padEnd(6)} ${r.requests.average.toFixed(0)} req/s, ${cpuPerReq.toFixed(0)} µs CPU/request, p99 ${r.latency.p99} ms, peak RSS ${peak.toFixed(0)} MB, non-2xx/errors ${r.non2xx + r.errors + r.timeouts}`);
+    console.log(
+      `round ${round + 1} ${name.padEnd(6)} ${r.requests.average.toFixed(0)} req/s, ${cpuPerReq.toFixed(0)} µs CPU/request, p99 ${r.latency.p99} ms, peak RSS ${peak.toFixed(0)} MB, non-2xx/errors ${r.non2xx + r.errors + r.timeouts}`,
+    );
     await stop(s.child);
   }
 }
 
 const f = (x, d = 0) => x.toFixed(d);
-console.log(`\nbinary: ${BINARY}, ${f(statSync(BINARY).size / 1e6, 1)} MB; ${args.rounds} rounds of ${args.seconds} s at ${args.connections} connections; ${args.starts} starts each; NODE_OPTIONS=${args['node-options']}`);
+console.log(
+  `\nbinary: ${BINARY}, ${f(statSync(BINARY).size / 1e6, 1)} MB; ${args.rounds} rounds of ${args.seconds} s at ${args.connections} connections; ${args.starts} starts each; NODE_OPTIONS=${args['node-options']}`,
+);
 console.log('route   start→/healthz 200 (median, min)   idle RSS   peak RSS under load   req/s (median)   CPU µs/request (median)');
 for (const name of ['node', 'binary']) {
   const r = results[name];
@@ -185,5 +189,7 @@ for (const name of ['node', 'binary']) {
 }
 const ratio = median(results.binary.rps) / median(results.node.rps);
 const cpuRatio = median(results.binary.cpu) / median(results.node.cpu);
-console.log(`\nthroughput binary/node: ${f(ratio, 3)} (target ≥ 0.95); CPU per request binary/node: ${f(cpuRatio, 3)} (≤ 1.05: the same work per request, whatever the machine's load); binary start median ${f(median(results.binary.start))} ms (target < 300)`);
+console.log(
+  `\nthroughput binary/node: ${f(ratio, 3)} (target ≥ 0.95); CPU per request binary/node: ${f(cpuRatio, 3)} (≤ 1.05: the same work per request, whatever the machine's load); binary start median ${f(median(results.binary.start))} ms (target < 300)`,
+);
 if (results.node.bad + results.binary.bad > 0) console.log(`non-2xx or errors: node ${results.node.bad}, binary ${results.binary.bad}`);

@@ -37,7 +37,10 @@ const { values: args } = parseArgs({
 });
 const MODULE_EVENTS = Number(args['module-events']);
 const EXEC_EVENTS = Number(args['exec-events']);
-for (const [name, v] of [['--module-events', MODULE_EVENTS], ['--exec-events', EXEC_EVENTS]]) {
+for (const [name, v] of [
+  ['--module-events', MODULE_EVENTS],
+  ['--exec-events', EXEC_EVENTS],
+]) {
   if (!(Number.isInteger(v) && v > 0)) throw new Error(`${name} must be a positive whole number`);
 }
 // Bounds: ingest and drain each stop by themselves within these.
@@ -49,13 +52,20 @@ const dir = mkdtempSync(join(tmpdir(), 'receiver-bench-drain-'));
 const MODULE_FILE = join(dir, 'noop.mjs');
 writeFileSync(MODULE_FILE, 'export default async function () {}\n');
 // Node's options as the systemd unit starts receiver (contrib/receiver.service's ExecStart).
-const UNIT_NODE_OPTIONS = /^ExecStart=\S+ (.*?)\s*\S+\/bin\/receiver\.js serve$/m.exec(readFileSync(join(ROOT, 'contrib/receiver.service'), 'utf8'))?.[1].split(/\s+/).filter(Boolean) ?? [];
+const UNIT_NODE_OPTIONS =
+  /^ExecStart=\S+ (.*?)\s*\S+\/bin\/receiver\.js serve$/m
+    .exec(readFileSync(join(ROOT, 'contrib/receiver.service'), 'utf8'))?.[1]
+    .split(/\s+/)
+    .filter(Boolean) ?? [];
 
 /** `receiver serve` on any free port, its stderr (logs, the port) in a file. */
 function startServe(configFile) {
   const logFile = join(dir, `serve-${Date.now()}.log`);
   const fd = openSync(logFile, 'w');
-  const child = spawn(process.execPath, [...UNIT_NODE_OPTIONS, 'bin/receiver.js', 'serve', '-c', configFile, '--port', '0'], { cwd: ROOT, stdio: ['ignore', 'ignore', fd] });
+  const child = spawn(process.execPath, [...UNIT_NODE_OPTIONS, 'bin/receiver.js', 'serve', '-c', configFile, '--port', '0'], {
+    cwd: ROOT,
+    stdio: ['ignore', 'ignore', fd],
+  });
   closeSync(fd);
   const started = performance.now();
   return new Promise((resolve, reject) => {
@@ -175,7 +185,7 @@ async function run(name, effect, n) {
     const seconds = (Date.now() - t0) / 1000;
     // The drain thread reports outcomes to the metrics in batches (every 100 ms): the last
     // may arrive just after the queue gauges read 0.
-    for (const until = Date.now() + 1000; settled(m, 'done') + settled(m, 'retry') + settled(m, 'dead') < n && Date.now() < until; ) {
+    for (const until = Date.now() + 1000; settled(m, 'done') + settled(m, 'retry') + settled(m, 'dead') < n && Date.now() < until;) {
       await sleep(50);
       m = await scrape(port);
     }
@@ -205,7 +215,9 @@ async function bareSpawn(label, n) {
   }
   const seconds = (performance.now() - t0) / 1000;
   const rate = n / seconds;
-  console.log(`${label.padEnd(22)} ${String(n).padStart(6)} spawns  ${seconds.toFixed(2).padStart(6)} s  ${rate.toFixed(0).padStart(6)} spawns/s  ${(1000 / rate).toFixed(2)} ms/spawn`);
+  console.log(
+    `${label.padEnd(22)} ${String(n).padStart(6)} spawns  ${seconds.toFixed(2).padStart(6)} s  ${rate.toFixed(0).padStart(6)} spawns/s  ${(1000 / rate).toFixed(2)} ms/spawn`,
+  );
   return rate;
 }
 
@@ -217,7 +229,9 @@ try {
   const exec = await run('exec-true', { exec: ['true'] }, EXEC_EVENTS);
   const after = await bareSpawn('bare spawn loop again', EXEC_EVENTS);
   const bare = (before + after) / 2;
-  console.log(`no-op module: ${mod.toFixed(0)} events/s; exec true: ${exec.toFixed(0)} events/s; bare spawn loop: ${bare.toFixed(0)} spawns/s (mean of before and after)`);
+  console.log(
+    `no-op module: ${mod.toFixed(0)} events/s; exec true: ${exec.toFixed(0)} events/s; bare spawn loop: ${bare.toFixed(0)} spawns/s (mean of before and after)`,
+  );
   console.log(`exec / bare spawn = ${(exec / bare).toFixed(2)}   module / exec = ${(mod / exec).toFixed(1)}x`);
 } finally {
   rmSync(dir, { recursive: true, force: true });

@@ -72,7 +72,8 @@ const { values: args } = parseArgs({
     'drain-wait': { type: 'string', default: '60' },
   },
 });
-if (args.drain && args['no-drain']) throw new Error('--drain and --no-drain contradict each other (the drain is on by default; --no-drain leaves the drain-on run out)');
+if (args.drain && args['no-drain'])
+  throw new Error('--drain and --no-drain contradict each other (the drain is on by default; --no-drain leaves the drain-on run out)');
 const HAS_WRK = spawnSync('wrk', ['--version']).error === undefined;
 const LOAD = args.load ?? (HAS_WRK ? 'wrk' : 'autocannon');
 if (LOAD !== 'wrk' && LOAD !== 'autocannon') throw new Error('--load must be wrk or autocannon');
@@ -85,7 +86,14 @@ const RATE_SECONDS = Number(args['rate-seconds']);
 const DRAIN_WAIT_S = Number(args['drain-wait']);
 const DRAIN_ON = !args['no-drain'];
 const ROUTE = !args['no-route'];
-for (const [name, v] of [['--seconds', SECONDS], ['--rounds', ROUNDS], ['--rate', RATE], ['--rate-seconds', RATE_SECONDS], ['--drain-wait', DRAIN_WAIT_S], ...CONNECTIONS.map((c) => ['--connections', c])]) {
+for (const [name, v] of [
+  ['--seconds', SECONDS],
+  ['--rounds', ROUNDS],
+  ['--rate', RATE],
+  ['--rate-seconds', RATE_SECONDS],
+  ['--drain-wait', DRAIN_WAIT_S],
+  ...CONNECTIONS.map((c) => ['--connections', c]),
+]) {
   if (!(v > 0)) throw new Error(`${name} must be a positive number`);
 }
 const SECRET = 'bench-secret';
@@ -218,7 +226,18 @@ function loadWrk(port, connections, seconds, acked, clock) {
   const ackedFile = acked ? join(dir, 'acked.txt') : '-';
   // The bare server stores nothing: it always starts at the top of the pool.
   const offset = acked ? wrkOffset : 0;
-  const argv = ['-t1', `-c${connections}`, `-d${seconds}s`, '-s', join(ROOT, 'bench/wrk-load.lua'), `http://127.0.0.1:${port}`, '--', POOL_FILE, String(offset), ackedFile];
+  const argv = [
+    '-t1',
+    `-c${connections}`,
+    `-d${seconds}s`,
+    '-s',
+    join(ROOT, 'bench/wrk-load.lua'),
+    `http://127.0.0.1:${port}`,
+    '--',
+    POOL_FILE,
+    String(offset),
+    ackedFile,
+  ];
   return new Promise((resolve, reject) => {
     // Line-buffered, so that "Running" arrives when wrk prints it (coreutils' stdbuf).
     const child = spawn('stdbuf', ['-oL', 'wrk', ...argv], { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -401,7 +420,9 @@ function receiverConfig(database, { drain }) {
     file,
     JSON.stringify({
       database,
-      sources: { shop: { provider: 'hmac-sha256', header: 'X-Signature', prefix: 'sha256=', secret: SECRET, deliveryId: '{body.id}', eventType: '{body.type}' } },
+      sources: {
+        shop: { provider: 'hmac-sha256', header: 'X-Signature', prefix: 'sha256=', secret: SECRET, deliveryId: '{body.id}', eventType: '{body.type}' },
+      },
       routes: ROUTE ? [{ name: 'noop', source: 'shop', events: ['*'], key: '{body.id}', effect: { module: MODULE_FILE } }] : [],
       drain: { enabled: drain },
       log: { level: 'info' },
@@ -412,8 +433,13 @@ function receiverConfig(database, { drain }) {
 
 const bare = () => startProcess(['bench/bare-server.mjs']);
 // Node's options as the systemd unit starts receiver (contrib/receiver.service's ExecStart).
-const UNIT_NODE_OPTIONS = /^ExecStart=\S+ (.*?)\s*\S+\/bin\/receiver\.js serve$/m.exec(readFileSync(join(ROOT, 'contrib/receiver.service'), 'utf8'))?.[1].split(/\s+/).filter(Boolean) ?? [];
-const receiver = (database, options) => () => startProcess([...UNIT_NODE_OPTIONS, 'bin/receiver.js', 'serve', '-c', receiverConfig(database, options), '--port', '0']);
+const UNIT_NODE_OPTIONS =
+  /^ExecStart=\S+ (.*?)\s*\S+\/bin\/receiver\.js serve$/m
+    .exec(readFileSync(join(ROOT, 'contrib/receiver.service'), 'utf8'))?.[1]
+    .split(/\s+/)
+    .filter(Boolean) ?? [];
+const receiver = (database, options) => () =>
+  startProcess([...UNIT_NODE_OPTIONS, 'bin/receiver.js', 'serve', '-c', receiverConfig(database, options), '--port', '0']);
 
 /** PostgreSQL: the highest event id before a run (the database is the caller's: nothing is deleted). */
 async function pgMaxId(database) {
@@ -460,7 +486,10 @@ async function checkStored(database, acked, connections, sinceId = 0) {
   const inFlight = rows - acked.size;
   // Two cut-offs: the warm-up's and the run's.
   const ok = missing === 0 && inFlight >= 0 && inFlight <= 2 * connections;
-  return { ok, text: `${ok ? 'ok' : 'FAILED'}: ${acked.size} distinct event ids acknowledged, ${missing} of them missing; ${rows} rows (${inFlight} stored while their answer was in flight at a cut-off)` };
+  return {
+    ok,
+    text: `${ok ? 'ok' : 'FAILED'}: ${acked.size} distinct event ids acknowledged, ${missing} of them missing; ${rows} rows (${inFlight} stored while their answer was in flight at a cut-off)`,
+  };
 }
 
 const ms = (x) => (x === undefined ? '-' : x < 10 ? x.toFixed(1) : x.toFixed(0));
@@ -471,11 +500,16 @@ function fmt(r) {
   const pct = (x) => `${(x * 100).toFixed(0)}%`;
   const eld = `event-loop delay p99 ${ms(r.eldP99Ms)} ms`;
   if (r.cpu === undefined) lines.push(`${' '.repeat(30)}${eld}`);
-  else lines.push(`${' '.repeat(30)}cpu per request: event loop ${r.cpu.mainUsPerReq.toFixed(0)} us, other threads ${r.cpu.otherUsPerReq.toFixed(0)} us; event loop busy ${pct(r.cpu.mainBusy)}, waiting for a CPU ${pct(r.cpu.mainWaitingForCpu)}; ${eld}`);
+  else
+    lines.push(
+      `${' '.repeat(30)}cpu per request: event loop ${r.cpu.mainUsPerReq.toFixed(0)} us, other threads ${r.cpu.otherUsPerReq.toFixed(0)} us; event loop busy ${pct(r.cpu.mainBusy)}, waiting for a CPU ${pct(r.cpu.mainWaitingForCpu)}; ${eld}`,
+    );
   if (r.backlog !== undefined) {
     const b = r.backlog;
     const drained = b.seconds === null ? `not drained within ${DRAIN_WAIT_S} s (${b.left} left)` : `drained ${b.seconds.toFixed(2)} s after the load stopped`;
-    lines.push(`${' '.repeat(30)}backlog (pending + processing): ${r.backlogBefore} when the measured load started, ${b.atFirst.left} at the first /metrics answer after it (${b.atFirst.seconds.toFixed(2)} s after it stopped); ${drained}`);
+    lines.push(
+      `${' '.repeat(30)}backlog (pending + processing): ${r.backlogBefore} when the measured load started, ${b.atFirst.left} at the first /metrics answer after it (${b.atFirst.seconds.toFixed(2)} s after it stopped); ${drained}`,
+    );
   }
   return lines.join('\n');
 }
@@ -483,7 +517,8 @@ function fmt(r) {
 async function fillMillion(database) {
   const db = new Database(database);
   db.pragma('journal_mode = WAL');
-  const insert = db.prepare(`INSERT INTO events (source, delivery_id, event_type, status, received_at, headers, body, body_sha256, response_status, response_body, next_attempt_at)
+  const insert =
+    db.prepare(`INSERT INTO events (source, delivery_id, event_type, status, received_at, headers, body, body_sha256, response_status, response_body, next_attempt_at)
     VALUES ('shop', ?, 'invoice.paid', 'done', ?, '{}', ?, ?, 202, '{}', 0)`);
   const body = Buffer.from('{"id":"old"}');
   const t = Date.now() - 90 * 86400_000;
@@ -493,7 +528,8 @@ async function fillMillion(database) {
   db.close();
 }
 
-const percentile = (sorted, p) => (sorted.length === 0 ? undefined : sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]);
+const percentile = (sorted, p) =>
+  sorted.length === 0 ? undefined : sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
 const median = (xs) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
 
 /**
@@ -515,7 +551,14 @@ async function probeLatency() {
     const t = performance.now();
     return new Promise((resolve) => {
       const req = http.request(
-        { host: '127.0.0.1', port, method: 'POST', path: '/webhooks/shop', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), 'x-signature': sig } },
+        {
+          host: '127.0.0.1',
+          port,
+          method: 'POST',
+          path: '/webhooks/shop',
+          agent,
+          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), 'x-signature': sig },
+        },
         (res) => {
           res.resume();
           res.on('end', () => resolve({ status: res.statusCode, ms: performance.now() - t }));
@@ -546,7 +589,11 @@ async function probeLatency() {
     // The module appends before its event is marked done: every line is in once nothing is left.
     const since = performance.now();
     const drained = await waitDrained(port, since, { m: await scrape(port, DRAIN_WAIT_S + 10), at: performance.now() });
-    const effects = (existsSync(PROBE_FILE) ? readFileSync(PROBE_FILE, 'utf8') : '').split('\n').filter(Boolean).map(Number).sort((x, y) => x - y);
+    const effects = (existsSync(PROBE_FILE) ? readFileSync(PROBE_FILE, 'utf8') : '')
+      .split('\n')
+      .filter(Boolean)
+      .map(Number)
+      .sort((x, y) => x - y);
     const http2xx = all.filter((a) => a.status >= 200 && a.status < 300).length;
     const answerMs = all.map((a) => a.ms).sort((x, y) => x - y);
     return { sent: all.length, rate: all.length / seconds, http2xx, answerMs, effects, drained };
@@ -594,7 +641,15 @@ function summary(title, rows) {
   const med = (f) => median(rows.map(f).filter((x) => x !== undefined));
   const out = [`${title}:${' '.repeat(Math.max(1, 36 - title.length))}req/s  p50 ms  p99 ms  loop delay p99 ms  x bare`];
   for (const kind of runs) {
-    let line = `  ${LABEL[kind].padEnd(33)} ${med((r) => r[kind].rps).toFixed(0).padStart(6)}  ${ms(med((r) => r[kind].p50)).padStart(6)}  ${ms(med((r) => r[kind].p99)).padStart(6)}  ${ms(med((r) => r[kind].eldP99Ms)).padStart(17)}  ${med((r) => r[kind].rps / r.bare.rps).toFixed(2).padStart(6)}`;
+    let line = `  ${LABEL[kind].padEnd(33)} ${med((r) => r[kind].rps)
+      .toFixed(0)
+      .padStart(
+        6,
+      )}  ${ms(med((r) => r[kind].p50)).padStart(6)}  ${ms(med((r) => r[kind].p99)).padStart(6)}  ${ms(med((r) => r[kind].eldP99Ms)).padStart(17)}  ${med(
+      (r) => r[kind].rps / r.bare.rps,
+    )
+      .toFixed(2)
+      .padStart(6)}`;
     if (kind === 'on') {
       line += `   drain on / drain off ${med((r) => r.on.rps / r.off.rps).toFixed(2)}`;
       const secs = rows.map((r) => r.on.backlog.seconds);
@@ -610,8 +665,14 @@ if (ROUNDS > 1) {
   for (const c of CONNECTIONS) {
     const mine = results.filter((r) => r.connections === c);
     console.log(summary(`c=${c}, median of ${ROUNDS} rounds`, mine));
-    const ratios = (f) => mine.map(f).map((x) => x.toFixed(2)).join(', ');
-    console.log(`  per round: drain off / bare ${ratios((r) => r.off.rps / r.bare.rps)}${DRAIN_ON ? `; drain on / bare ${ratios((r) => r.on.rps / r.bare.rps)}; drain on / drain off ${ratios((r) => r.on.rps / r.off.rps)}` : ''}`);
+    const ratios = (f) =>
+      mine
+        .map(f)
+        .map((x) => x.toFixed(2))
+        .join(', ');
+    console.log(
+      `  per round: drain off / bare ${ratios((r) => r.off.rps / r.bare.rps)}${DRAIN_ON ? `; drain on / bare ${ratios((r) => r.on.rps / r.bare.rps)}; drain on / drain off ${ratios((r) => r.on.rps / r.off.rps)}` : ''}`,
+    );
   }
 }
 

@@ -76,7 +76,17 @@ const sliceAgeDays = (k) => 200 - 10 * k; // slice k: received about (200 - 10k)
       const slice = (i - 1) % slices;
       const receivedAt = Date.now() - sliceAgeDays(slice) * DAY - i;
       const body = Buffer.from(JSON.stringify({ id: `old-${i}`, type: 'order.paid', data: { order: i, note: filler } }));
-      ev.run(i, `old-${i}`, receivedAt, headers, body, randomBytes(32).toString('hex'), JSON.stringify({ status: 'accepted', id: i }), receivedAt, receivedAt + 50);
+      ev.run(
+        i,
+        `old-${i}`,
+        receivedAt,
+        headers,
+        body,
+        randomBytes(32).toString('hex'),
+        JSON.stringify({ status: 'accepted', id: i }),
+        receivedAt,
+        receivedAt + 50,
+      );
       at.run(i, `fulfil:order-${i}`, receivedAt + 10, receivedAt + 50);
     }
   })();
@@ -173,7 +183,9 @@ function summarize(latencies, statuses, dropped) {
 function runPurge(days, batchSize) {
   return new Promise((resolve, reject) => {
     const started = performance.now();
-    const child = spawn(process.execPath, [BIN, 'purge', '-c', configFile, '--days', String(days), '--batch-size', String(batchSize), '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [BIN, 'purge', '-c', configFile, '--days', String(days), '--batch-size', String(batchSize), '--json'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     let err = '';
     child.stdout.on('data', (d) => (out += d));
@@ -204,7 +216,21 @@ try {
     const size = SIZES[k];
     log(`purge slice ${2 * k} with --batch-size ${size}, no load: the bare batch time`);
     const bare = await runPurge(sliceAgeDays(2 * k) - 5, size);
-    rows.push({ phase: 'purge only', batchSize: size, purged: bare.purged, batches: bare.batches, batchMedian: bare.batchMs.median, batchMax: bare.batchMs.max, purgeSeconds: bare.seconds, requests: 0, p50: NaN, p99: NaN, max: NaN, statuses: {}, dropped: 0 });
+    rows.push({
+      phase: 'purge only',
+      batchSize: size,
+      purged: bare.purged,
+      batches: bare.batches,
+      batchMedian: bare.batchMs.median,
+      batchMax: bare.batchMs.max,
+      purgeSeconds: bare.seconds,
+      requests: 0,
+      p50: NaN,
+      p99: NaN,
+      max: NaN,
+      statuses: {},
+      dropped: 0,
+    });
     log(`ingest only at ${RATE}/s for ${SECONDS} s`);
     const base = await windowLoad(server.url, SECONDS * 1000);
     rows.push({ phase: 'ingest only', batchSize: '-', purged: '-', batches: '-', batchMedian: NaN, batchMax: NaN, purgeSeconds: NaN, ...base });
@@ -213,7 +239,18 @@ try {
     const loadDone = load(server.url, () => done);
     const p = await runPurge(sliceAgeDays(2 * k + 1) - 5, size).finally(() => (done = true));
     const l = await loadDone;
-    rows.push({ phase: 'purge + ingest', batchSize: size, purged: p.purged, batches: p.batches, batchMedian: p.batchMs.median, batchMax: p.batchMs.max, purgeSeconds: p.seconds, ...l, baseP99: base.p99, bare });
+    rows.push({
+      phase: 'purge + ingest',
+      batchSize: size,
+      purged: p.purged,
+      batches: p.batches,
+      batchMedian: p.batchMs.median,
+      batchMax: p.batchMs.max,
+      purgeSeconds: p.seconds,
+      ...l,
+      baseP99: base.p99,
+      bare,
+    });
   }
 } finally {
   server.child.kill('SIGTERM');
@@ -244,5 +281,7 @@ for (const r of rows) {
 }
 console.log('');
 for (const r of rows.filter((x) => x.baseP99 !== undefined)) {
-  console.log(`batch ${r.batchSize}: batch median ${f(r.bare.batchMs.median)} ms, max ${f(r.bare.batchMs.max)} ms alone; ${f(r.batchMedian)} / ${f(r.batchMax)} ms under load; ingest p99 ${f(r.p99)} ms while purging vs ${f(r.baseP99)} ms just before without (x${(r.p99 / r.baseP99).toFixed(2)})`);
+  console.log(
+    `batch ${r.batchSize}: batch median ${f(r.bare.batchMs.median)} ms, max ${f(r.bare.batchMs.max)} ms alone; ${f(r.batchMedian)} / ${f(r.batchMax)} ms under load; ingest p99 ${f(r.p99)} ms while purging vs ${f(r.baseP99)} ms just before without (x${(r.p99 / r.baseP99).toFixed(2)})`,
+  );
 }

@@ -55,7 +55,11 @@ const bundle = (entry, outfile, format = 'cjs') =>
     legalComments: 'eof',
     logLevel: 'warning',
   });
-await Promise.all([bundle('src/binary/main.ts', 'main.cjs'), bundle('src/binary/worker.ts', 'ingest-worker.cjs'), bundle('src/binary/drain-worker.ts', 'drain-worker.mjs', 'esm')]);
+await Promise.all([
+  bundle('src/binary/main.ts', 'main.cjs'),
+  bundle('src/binary/worker.ts', 'ingest-worker.cjs'),
+  bundle('src/binary/drain-worker.ts', 'drain-worker.mjs', 'esm'),
+]);
 
 const addon = join(require.resolve('better-sqlite3/package.json'), '../build/Release/better_sqlite3.node');
 // The executable carries this very node: the addon must load in it (npm ci built it for
@@ -69,12 +73,19 @@ const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 let commit;
 if (existsSync(join(root, '.git'))) {
   try {
-    commit = execFileSync('git', ['describe', '--always', '--dirty', '--abbrev=12', '--exclude=*'], { cwd: root, stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim() || undefined;
+    commit =
+      execFileSync('git', ['describe', '--always', '--dirty', '--abbrev=12', '--exclude=*'], { cwd: root, stdio: ['ignore', 'pipe', 'ignore'] })
+        .toString()
+        .trim() || undefined;
   } catch {
     commit = undefined; // no git here: the version alone
   }
 }
-const stamp = { version: pkg.version, ...(commit === undefined ? {} : { commit }), addonSha256: createHash('sha256').update(readFileSync(addon)).digest('hex') };
+const stamp = {
+  version: pkg.version,
+  ...(commit === undefined ? {} : { commit }),
+  addonSha256: createHash('sha256').update(readFileSync(addon)).digest('hex'),
+};
 writeFileSync(join(work, 'stamp.json'), JSON.stringify(stamp));
 
 writeFileSync(
@@ -100,6 +111,11 @@ const tmp = `${output}.tmp`;
 copyFileSync(process.execPath, tmp);
 chmodSync(tmp, 0o755);
 const { inject } = require('postject');
-await inject(tmp, 'NODE_SEA_BLOB', readFileSync(join(work, 'sea-prep.blob')), { sentinelFuse: 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2', overwrite: true });
+await inject(tmp, 'NODE_SEA_BLOB', readFileSync(join(work, 'sea-prep.blob')), {
+  sentinelFuse: 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2',
+  overwrite: true,
+});
 renameSync(tmp, output);
-console.log(`${output}: ${pkg.version}${commit === undefined ? '' : ` (commit ${commit})`}, ${(readFileSync(output).length / 1e6).toFixed(1)} MB, built in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+console.log(
+  `${output}: ${pkg.version}${commit === undefined ? '' : ` (commit ${commit})`}, ${(readFileSync(output).length / 1e6).toFixed(1)} MB, built in ${((Date.now() - started) / 1000).toFixed(1)} s`,
+);

@@ -46,10 +46,8 @@ export class ReceiverError extends Error {
 
 export const verificationError = (message: string) => new ReceiverError('verification', message);
 export const payloadError = (message: string) => new ReceiverError('payload', message);
-export const configError = (message: string, hint?: string) =>
-  new ReceiverError('config', message, hint === undefined ? {} : { hint });
-export const unavailableError = (message: string, cause?: unknown) =>
-  new ReceiverError('unavailable', message, { cause });
+export const configError = (message: string, hint?: string) => new ReceiverError('config', message, hint === undefined ? {} : { hint });
+export const unavailableError = (message: string, cause?: unknown) => new ReceiverError('unavailable', message, { cause });
 
 export function isReceiverError(e: unknown, kind?: ErrorKind): e is ReceiverError {
   return e instanceof ReceiverError && (kind === undefined || e.kind === kind);

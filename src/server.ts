@@ -83,11 +83,16 @@ export function serverTimeouts(config: Pick<Config, 'requestTimeoutSeconds'>) {
 }
 
 /** What `serve` warns about at start: the configuration is valid but may hurt senders. */
-export function startupWarnings(config: Pick<Config, 'sources' | 'routes' | 'database' | 'busyTimeoutMs'>): { fields: Record<string, unknown>; message: string }[] {
+export function startupWarnings(
+  config: Pick<Config, 'sources' | 'routes' | 'database' | 'busyTimeoutMs'>,
+): { fields: Record<string, unknown>; message: string }[] {
   const warnings: { fields: Record<string, unknown>; message: string }[] = [];
   for (const source of config.sources.values()) {
     if (source.provider.name === 'none') {
-      warnings.push({ fields: { source: source.name }, message: `source "${source.name}" uses provider "none": deliveries are NOT verified; use it for local testing only` });
+      warnings.push({
+        fields: { source: source.name },
+        message: `source "${source.name}" uses provider "none": deliveries are NOT verified; use it for local testing only`,
+      });
     }
   }
   // SQLite has one writer: a module effect holds the write lock for as long as its handler
@@ -112,14 +117,26 @@ export function listenError(e: unknown, host: string, port: number): ReceiverErr
   const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
   const [reason, hint] =
     code === 'EADDRINUSE'
-      ? ['the address is already in use (EADDRINUSE)', `stop the process listening there (ss -ltnp 'sport = :${port}' names it), or choose another port with --port or "port"`]
+      ? [
+          'the address is already in use (EADDRINUSE)',
+          `stop the process listening there (ss -ltnp 'sport = :${port}' names it), or choose another port with --port or "port"`,
+        ]
       : code === 'EADDRNOTAVAIL'
-        ? ['the address is not available on this machine (EADDRNOTAVAIL)', 'choose an address of one of its interfaces with --host or "host" (127.0.0.1 for this machine only, 0.0.0.0 for all)']
+        ? [
+            'the address is not available on this machine (EADDRNOTAVAIL)',
+            'choose an address of one of its interfaces with --host or "host" (127.0.0.1 for this machine only, 0.0.0.0 for all)',
+          ]
         : code === 'EACCES' || code === 'EPERM'
-          ? [`permission denied (${code}): ports below 1024 need privileges`, 'choose a port of 1024 or above, or grant the capability (AmbientCapabilities=CAP_NET_BIND_SERVICE in the systemd unit)']
+          ? [
+              `permission denied (${code}): ports below 1024 need privileges`,
+              'choose a port of 1024 or above, or grant the capability (AmbientCapabilities=CAP_NET_BIND_SERVICE in the systemd unit)',
+            ]
           : code === 'ENOTFOUND' || code === 'EAI_AGAIN'
             ? [`the host name does not resolve (${code})`, 'use an IP address, or a name this machine resolves, with --host or "host"']
-            : [`${(e as Error).message}${code === '' || (e as Error).message.includes(code) ? '' : ` (${code})`}`, 'check --host and --port ("host" and "port" in the configuration)'];
+            : [
+                `${(e as Error).message}${code === '' || (e as Error).message.includes(code) ? '' : ` (${code})`}`,
+                'check --host and --port ("host" and "port" in the configuration)',
+              ];
   return new ReceiverError('runtime', `cannot listen on ${where}: ${reason}`, { hint, cause: e });
 }
 
@@ -230,7 +247,9 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
   // In the background, after listening: a run never delays ingest, and a refused credential
   // is logged, never fatal. A run that stored events wakes the drain.
   const catchUp: CatchUpSchedule | undefined =
-    config.catchUp.size > 0 ? startCatchUp({ config, store, logger, now, onStored: () => drain?.wake(), onResult: (r) => metrics.observeCatchUp(r, now()) }) : undefined;
+    config.catchUp.size > 0
+      ? startCatchUp({ config, store, logger, now, onStored: () => drain?.wake(), onResult: (r) => metrics.observeCatchUp(r, now()) })
+      : undefined;
 
   let stopped: Promise<void> | undefined;
   const stop = async (graceMs: number): Promise<void> => {

@@ -84,7 +84,12 @@ export function globMatch(glob: string, value: string): boolean {
   if (glob === '*') return true;
   let re = globs.get(glob);
   if (re === undefined) {
-    re = new RegExp(`^${glob.split('*').map((s) => s.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`);
+    re = new RegExp(
+      `^${glob
+        .split('*')
+        .map((s) => s.replace(/[.+?^${}()|[\]\\]/g, '\\$&'))
+        .join('.*')}$`,
+    );
     globs.set(glob, re);
   }
   return re.test(value);

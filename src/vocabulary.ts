@@ -36,7 +36,18 @@ export const ATTEMPT_ROW_OUTCOMES = ['running', ...ATTEMPT_OUTCOMES] as const;
 export type AttemptRowOutcome = (typeof ATTEMPT_ROW_OUTCOMES)[number];
 
 /** What became of one request to POST /webhooks/:source (the `delivery` log line, metrics). */
-export const DELIVERY_OUTCOMES = ['accepted', 'duplicate', 'conflict', 'handshake', 'unauthorized', 'too_large', 'bad_request', 'not_found', 'unavailable', 'error'] as const;
+export const DELIVERY_OUTCOMES = [
+  'accepted',
+  'duplicate',
+  'conflict',
+  'handshake',
+  'unauthorized',
+  'too_large',
+  'bad_request',
+  'not_found',
+  'unavailable',
+  'error',
+] as const;
 export type DeliveryOutcomeName = (typeof DELIVERY_OUTCOMES)[number];
 
 /**

@@ -49,7 +49,10 @@ export function binarySandbox(): { cwd: string; env: NodeJS.ProcessEnv } {
 }
 
 /** The command, arguments, working directory and environment that run `receiver <args>`. */
-function receiverCommand(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string }): { file: string; args: string[]; cwd: string; env: NodeJS.ProcessEnv } {
+function receiverCommand(
+  args: string[],
+  options: { env?: NodeJS.ProcessEnv; cwd?: string },
+): { file: string; args: string[]; cwd: string; env: NodeJS.ProcessEnv } {
   if (BINARY === undefined) return { file: process.execPath, args: [BIN, ...args], cwd: options.cwd ?? REPO, env: { ...process.env, ...options.env } };
   const box = binarySandbox();
   return { file: BINARY, args, cwd: options.cwd ?? box.cwd, env: { ...process.env, ...box.env, ...options.env } };
@@ -103,8 +106,16 @@ export async function startApp(config: Config, extra: Partial<AppOptions> = {}):
   };
 }
 
-export async function post(url: string, body: Buffer | string, headers: Record<string, string> = {}): Promise<{ status: number; text: string; headers: Headers }> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : new Uint8Array(body) });
+export async function post(
+  url: string,
+  body: Buffer | string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; text: string; headers: Headers }> {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : new Uint8Array(body),
+  });
   return { status: res.status, text: await res.text(), headers: res.headers };
 }
 

@@ -15,7 +15,12 @@ describe('per-turn log destination (the per-delivery lines of serve)', () => {
     expect(writes).toEqual([]);
     await new Promise((r) => setImmediate(r));
     expect(writes).toHaveLength(1);
-    expect(writes[0]?.trimEnd().split('\n').map((l) => (JSON.parse(l) as { n: number }).n)).toEqual([1, 2, 3]);
+    expect(
+      writes[0]
+        ?.trimEnd()
+        .split('\n')
+        .map((l) => (JSON.parse(l) as { n: number }).n),
+    ).toEqual([1, 2, 3]);
     logger.info({ n: 4 }, 'delivery');
     await new Promise((r) => setImmediate(r));
     expect(writes).toHaveLength(2);
@@ -35,7 +40,10 @@ describe('per-turn log destination (the per-delivery lines of serve)', () => {
     `;
     const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' });
     expect(child.status).toBe(3);
-    const lines = child.stderr.trimEnd().split('\n').map((l) => JSON.parse(l) as { eventId: number; level: string });
+    const lines = child.stderr
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { eventId: number; level: string });
     expect(lines.map((l) => [l.eventId, l.level])).toEqual([
       [7, 'info'],
       [8, 'error'],

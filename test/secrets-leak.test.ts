@@ -47,7 +47,14 @@ describe('no secret is ever written: stdout, stderr and the database of a full s
     const sources: Record<string, Record<string, unknown>> = {
       stripe: { provider: 'stripe', secret: 'env:LEAK_STRIPE_SECRET' },
       github: { provider: 'github', secrets: [SECRETS.githubNew, 'env:LEAK_GH_OLD'] },
-      shop: { provider: 'hmac-sha256', header: 'X-Signature', prefix: 'sha256=', secret: `file:${dir}/shop.secret`, deliveryId: '{body.id}', eventType: '{body.type}' },
+      shop: {
+        provider: 'hmac-sha256',
+        header: 'X-Signature',
+        prefix: 'sha256=',
+        secret: `file:${dir}/shop.secret`,
+        deliveryId: '{body.id}',
+        eventType: '{body.type}',
+      },
       polar: { provider: 'standard-webhooks', secret: 'env:LEAK_STANDARD' },
     };
     // Token-style senders, where the header *is* the secret (once their providers exist).
@@ -79,7 +86,11 @@ describe('no secret is ever written: stdout, stderr and the database of a full s
         const url = `${serve.url}/webhooks/${name}`;
         const signed = source.provider.sign(Buffer.from(body), secret ?? source.secrets[0]!.reveal(), Date.now(), source, url);
         for (const [k, v] of Object.entries(signed.headers)) if (/sig|token|hmac/i.test(k)) signatures.push(v);
-        const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...signed.headers, ...extra }, body: signed.body === undefined ? body : new Uint8Array(signed.body) });
+        const res = await fetch(url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...signed.headers, ...extra },
+          body: signed.body === undefined ? body : new Uint8Array(signed.body),
+        });
         return res.status;
       };
       const now = Math.floor(Date.now() / 1000);
@@ -97,9 +108,13 @@ describe('no secret is ever written: stdout, stderr and the database of a full s
       // Bad deliveries: wrong secret, signature of another source, garbage.
       expect(await send('shop', '{"id":"o-3"}', {}, 'not-the-secret')).toBe(401);
       expect(await send('stripe', '{"id":"evt_x"}', {}, SECRETS.githubNew)).toBe(401);
-      expect((await fetch(`${serve.url}/webhooks/github`, { method: 'POST', body: '{}', headers: { 'x-hub-signature-256': `sha256=${SECRETS.githubNew}` } })).status).toBe(401);
+      expect(
+        (await fetch(`${serve.url}/webhooks/github`, { method: 'POST', body: '{}', headers: { 'x-hub-signature-256': `sha256=${SECRETS.githubNew}` } })).status,
+      ).toBe(401);
       if (config.sources.has('gitlab')) {
-        expect((await fetch(`${serve.url}/webhooks/gitlab`, { method: 'POST', body: '{}', headers: { 'x-gitlab-token': `${SECRETS.gitlab}x` } })).status).toBe(401);
+        expect((await fetch(`${serve.url}/webhooks/gitlab`, { method: 'POST', body: '{}', headers: { 'x-gitlab-token': `${SECRETS.gitlab}x` } })).status).toBe(
+          401,
+        );
       }
       // Metrics with its token, and refused without it.
       expect((await fetch(`${serve.url}/metrics`, { headers: { authorization: `Bearer ${SECRETS.metrics}` } })).status).toBe(200);
@@ -127,8 +142,13 @@ describe('no secret is ever written: stdout, stderr and the database of a full s
       const ids = (JSON.parse(list.stdout) as { id: number }[]).map((e) => e.id);
       expect(ids.length).toBeGreaterThan(5);
       // events show for a few (each CLI run is a second): the newest, the oldest, a dead one.
-      const dead = (JSON.parse(keep('events list --status dead', await runCli(['events', 'list', '--status', 'dead', '--json', '-c', file], { env })).stdout) as { id: number }[])[0]!.id;
-      for (const id of new Set([ids[0]!, ids.at(-1)!, dead])) keep(`events show ${id}`, await runCli(['events', 'show', String(id), '--json', '-c', file], { env }));
+      const dead = (
+        JSON.parse(keep('events list --status dead', await runCli(['events', 'list', '--status', 'dead', '--json', '-c', file], { env })).stdout) as {
+          id: number;
+        }[]
+      )[0]!.id;
+      for (const id of new Set([ids[0]!, ids.at(-1)!, dead]))
+        keep(`events show ${id}`, await runCli(['events', 'show', String(id), '--json', '-c', file], { env }));
       keep('events show (text)', await runCli(['events', 'show', String(ids[0]), '-c', file], { env }));
       keep('stats', await runCli(['stats', '--json', '-c', file], { env }));
       keep('replay --dead', await runCli(['replay', '--dead', '-c', file], { env }));

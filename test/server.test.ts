@@ -108,7 +108,10 @@ describe('startReceiver', () => {
       held.close();
     }
     // The database it opened was closed again: a second receiver on it starts and stops.
-    const again = await startReceiver({ ...config, port: 0, database: `${tmp.dir}/taken.db`, drain: { ...config.drain, enabled: false } }, { logger, deliveryLogger: logger });
+    const again = await startReceiver(
+      { ...config, port: 0, database: `${tmp.dir}/taken.db`, drain: { ...config.drain, enabled: false } },
+      { logger, deliveryLogger: logger },
+    );
     await again.stop();
   });
   it('mounts /admin when admin.token is set, runs catch-up after listening, wakes the drain for what it stored, and ends the runs in stop()', async () => {
@@ -164,7 +167,10 @@ describe('startReceiver', () => {
   });
 
   it('has no /admin without admin.token', async () => {
-    const config = makeConfig({ port: 0, database: `${tmp.dir}/no-admin.db`, sources: { gh: { provider: 'github', secret: SECRET } }, drain: { enabled: false } }, tmp.dir);
+    const config = makeConfig(
+      { port: 0, database: `${tmp.dir}/no-admin.db`, sources: { gh: { provider: 'github', secret: SECRET } }, drain: { enabled: false } },
+      tmp.dir,
+    );
     const { logger } = memoryLogger();
     const receiver = await startReceiver(config, { logger, deliveryLogger: logger });
     try {

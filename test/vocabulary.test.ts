@@ -100,8 +100,14 @@ describe('redaction is built from the provider registry', () => {
   it('names, for each verifying provider, the header its own sign() puts the signature in', () => {
     for (const p of providers.values()) {
       if (p.name === 'none' || p.name === 'mailgun' || p.name === 'hmac-sha256') continue;
-      const headers = Object.keys(p.sign(p.sample(Date.now()), 'whsec_c2VjcmV0LXNlY3JldA==', Date.now(), { options: {}, keys: new Map() } as never, 'http://127.0.0.1/webhooks/x').headers);
-      expect(headers.some((h) => p.signatureHeaders.includes(h)), p.name).toBe(true);
+      const headers = Object.keys(
+        p.sign(p.sample(Date.now()), 'whsec_c2VjcmV0LXNlY3JldA==', Date.now(), { options: {}, keys: new Map() } as never, 'http://127.0.0.1/webhooks/x')
+          .headers,
+      );
+      expect(
+        headers.some((h) => p.signatureHeaders.includes(h)),
+        p.name,
+      ).toBe(true);
     }
   });
 });

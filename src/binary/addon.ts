@@ -6,7 +6,21 @@
  * this user that no one else can write, inside parents no one else can rename it out of.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, existsSync, fstatSync, fsyncSync, mkdirSync, openSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync, constants } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  fstatSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  realpathSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  constants,
+} from 'node:fs';
 import { dirname, join } from 'node:path';
 import { ReceiverError } from '../errors.js';
 
@@ -33,7 +47,11 @@ export function ensurePrivateDir(dir: string): string {
   const real = realpathSync(dir);
   const own = statSync(real);
   if (own.uid !== euid() || (own.mode & 0o022) !== 0) {
-    throw new ReceiverError('config', `${real} must belong to uid ${euid()} and be writable by it alone to hold the SQLite addon (it belongs to uid ${own.uid}, mode ${(own.mode & 0o777).toString(8)})`, { hint: TRY });
+    throw new ReceiverError(
+      'config',
+      `${real} must belong to uid ${euid()} and be writable by it alone to hold the SQLite addon (it belongs to uid ${own.uid}, mode ${(own.mode & 0o777).toString(8)})`,
+      { hint: TRY },
+    );
   }
   // A parent that others can write could have our directory renamed away and replaced,
   // unless its sticky bit (/tmp) keeps them to their own entries.
@@ -41,7 +59,11 @@ export function ensurePrivateDir(dir: string): string {
     const st = statSync(p);
     const othersWrite = (st.mode & 0o022) !== 0 && (st.mode & 0o1000) === 0;
     if ((st.uid !== 0 && st.uid !== euid()) || othersWrite) {
-      throw new ReceiverError('config', `${p} (above ${real}) can be changed by other users (uid ${st.uid}, mode ${(st.mode & 0o7777).toString(8)}), so the SQLite addon cannot be kept safely below it`, { hint: TRY });
+      throw new ReceiverError(
+        'config',
+        `${p} (above ${real}) can be changed by other users (uid ${st.uid}, mode ${(st.mode & 0o7777).toString(8)}), so the SQLite addon cannot be kept safely below it`,
+        { hint: TRY },
+      );
     }
     if (p === dirname(p)) break;
   }

@@ -12,12 +12,13 @@ import { Script, constants } from 'node:vm';
 import { useModuleImporter } from '../effects/module.js';
 
 useModuleImporter(
-  new Script('(url) => import(url)', { filename: 'receiver:module-importer', importModuleDynamically: constants.USE_MAIN_CONTEXT_DEFAULT_LOADER }).runInThisContext() as (
-    url: string,
-  ) => Promise<{ default?: unknown }>,
+  new Script('(url) => import(url)', {
+    filename: 'receiver:module-importer',
+    importModuleDynamically: constants.USE_MAIN_CONTEXT_DEFAULT_LOADER,
+  }).runInThisContext() as (url: string) => Promise<{ default?: unknown }>,
 );
 const emitWarning = process.emitWarning.bind(process);
-process.emitWarning = ((warning: string | Error, ...rest: never[]) => {
+process.emitWarning = (warning: string | Error, ...rest: never[]) => {
   if ((typeof warning === 'string' ? warning : warning.message).includes('USE_MAIN_CONTEXT_DEFAULT_LOADER')) return;
   emitWarning(warning, ...rest);
-});
+};

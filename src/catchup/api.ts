@@ -99,7 +99,12 @@ export class SenderApi {
       try {
         res = await this.#fetch(url, {
           method,
-          headers: { accept: 'application/json', 'user-agent': 'receiver-catch-up', ...this.#o.headers, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+          headers: {
+            accept: 'application/json',
+            'user-agent': 'receiver-catch-up',
+            ...this.#o.headers,
+            ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+          },
           ...(body === undefined ? {} : { body: JSON.stringify(body) }),
           redirect: 'error',
           ...(this.#o.signal === undefined ? {} : { signal: this.#o.signal }),
@@ -128,11 +133,16 @@ export class SenderApi {
       }
       if (res.status === 401 || res.status === 403) {
         // Nothing from the answer is repeated: some APIs echo part of the key.
-        throw new CredentialRefused('runtime', `sources.${this.#o.source}.catchUp.${this.#o.credentialField}: ${this.#o.sender} refused the credential (HTTP ${res.status}): it is wrong, expired or revoked, or lacks a permission`, {
-          hint: `give catchUp.${this.#o.credentialField} a valid credential with ${this.#o.permissions}`,
-        });
+        throw new CredentialRefused(
+          'runtime',
+          `sources.${this.#o.source}.catchUp.${this.#o.credentialField}: ${this.#o.sender} refused the credential (HTTP ${res.status}): it is wrong, expired or revoked, or lacks a permission`,
+          {
+            hint: `give catchUp.${this.#o.credentialField} a valid credential with ${this.#o.permissions}`,
+          },
+        );
       }
-      if (res.status === 404 && method === 'GET') throw this.#error(`the API answered 404 to GET ${url.pathname}: nothing there, or the credential cannot see it (check ${this.#o.where})`);
+      if (res.status === 404 && method === 'GET')
+        throw this.#error(`the API answered 404 to GET ${url.pathname}: nothing there, or the credential cannot see it (check ${this.#o.where})`);
       if (res.status >= 400) throw this.#error(`the API answered ${res.status} to ${method} ${url.pathname}${apiMessage(text)}`);
       let json: unknown = null;
       if (text !== '') {

@@ -30,7 +30,8 @@ export const githubCatchUp: CatchUpSender = {
     'read and write access to the hook: a fine-grained token with "Webhooks: Read and write" on the repository (or "Webhooks" on the organization for orgs/<org>/hooks/<id>)',
   validate(s) {
     const problems: string[] = [];
-    if (s.hook === undefined) problems.push('hook: set "hook": "repos/<owner>/<repo>/hooks/<id>" or "orgs/<org>/hooks/<id>" (the hook whose deliveries to recover)');
+    if (s.hook === undefined)
+      problems.push('hook: set "hook": "repos/<owner>/<repo>/hooks/<id>" or "orgs/<org>/hooks/<id>" (the hook whose deliveries to recover)');
     else if (!HOOK.test(s.hook)) problems.push(`hook: "${s.hook}" is not repos/<owner>/<repo>/hooks/<id> or orgs/<org>/hooks/<id>`);
     if (s.notificationSettingId !== undefined) problems.push('notificationSettingId: only Paddle uses this; remove it');
     return problems;

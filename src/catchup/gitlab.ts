@@ -52,12 +52,14 @@ export const gitlabCatchUp: CatchUpSender = {
       let older = false;
       for (const e of page) {
         if (typeof e.id !== 'number') continue;
-        const id = headerOf(e.request_headers, 'idempotency-key') ?? headerOf(e.request_headers, 'webhook-id') ?? headerOf(e.request_headers, 'x-gitlab-event-uuid');
+        const id =
+          headerOf(e.request_headers, 'idempotency-key') ?? headerOf(e.request_headers, 'webhook-id') ?? headerOf(e.request_headers, 'x-gitlab-event-uuid');
         if (id === undefined) continue;
         const at = typeof e.created_at === 'string' ? Date.parse(e.created_at) : Number.NaN;
         if (at < from) older = true;
         const seen = byId.get(id);
-        if (seen === undefined) byId.set(id, { newest: e.id, at, type: headerOf(e.request_headers, 'x-gitlab-event') ?? (typeof e.trigger === 'string' ? e.trigger : 'unknown') });
+        if (seen === undefined)
+          byId.set(id, { newest: e.id, at, type: headerOf(e.request_headers, 'x-gitlab-event') ?? (typeof e.trigger === 'string' ? e.trigger : 'unknown') });
         else if (e.id > seen.newest) seen.newest = e.id;
         if (seen !== undefined && !Number.isNaN(at)) seen.at = Number.isNaN(seen.at) ? at : Math.min(seen.at, at);
       }

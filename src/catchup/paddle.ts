@@ -32,7 +32,9 @@ export const paddleCatchUp: CatchUpSender = {
   validate(s) {
     const problems: string[] = [];
     if (s.notificationSettingId === undefined) {
-      problems.push('notificationSettingId: set it to the ntfset_... id of the destination that posts to this source (other destinations\' notifications must not be replayed)');
+      problems.push(
+        "notificationSettingId: set it to the ntfset_... id of the destination that posts to this source (other destinations' notifications must not be replayed)",
+      );
     }
     if (s.hook !== undefined) problems.push('hook: Paddle uses notificationSettingId; remove "hook"');
     return problems;
@@ -54,7 +56,12 @@ export const paddleCatchUp: CatchUpSender = {
       for (const n of Array.isArray(page.data) ? (page.data as Notification[]) : []) {
         const eventId = n.payload?.event_id;
         if (typeof n.id !== 'string' || typeof eventId !== 'string' || typeof n.occurred_at !== 'string' || n.origin !== 'event') continue;
-        if (!byEvent.has(eventId)) byEvent.set(eventId, { notification: n.id, at: Date.parse(n.occurred_at), type: typeof n.payload?.event_type === 'string' ? n.payload.event_type : 'unknown' });
+        if (!byEvent.has(eventId))
+          byEvent.set(eventId, {
+            notification: n.id,
+            at: Date.parse(n.occurred_at),
+            type: typeof n.payload?.event_type === 'string' ? n.payload.event_type : 'unknown',
+          });
       }
       const next = page.meta?.pagination?.next;
       if (page.meta?.pagination?.has_more !== true || typeof next !== 'string') break;

@@ -70,7 +70,16 @@ export async function runCatchUp(o: CatchUpRunOptions): Promise<CatchUpResult> {
   if (settings.credential === undefined) throw new ReceiverError('config', `sources.${source.name}.catchUp.${sender.credentialField}: not resolved`);
   // A dry run creates no state: before the first real run, it looks from now on.
   const state: CatchUpState = dryRun
-    ? ((await store.catchUpState(source.name)) ?? { source: source.name, configuredAt: o.now, resumeAt: null, partial: null, lastRunAt: null, lastOkAt: null, lastError: null, lastCounts: null })
+    ? ((await store.catchUpState(source.name)) ?? {
+        source: source.name,
+        configuredAt: o.now,
+        resumeAt: null,
+        partial: null,
+        lastRunAt: null,
+        lastOkAt: null,
+        lastError: null,
+        lastCounts: null,
+      })
     : await store.beginCatchUp(source.name, o.now);
   // Never before catch-up was configured (its effects would apply to events from before
   // the receiver was there), unless --since asks for it.
@@ -99,7 +108,10 @@ export async function runCatchUp(o: CatchUpRunOptions): Promise<CatchUpResult> {
     headers: sender.headers(settings.credential.reveal()),
     credentialField: sender.credentialField,
     permissions: sender.permissions,
-    where: ['hook', 'notificationSettingId', 'apiBase'].filter((f) => f === 'apiBase' || settings[f as 'hook' | 'notificationSettingId'] !== undefined).map((f) => `catchUp.${f}`).join(' and '),
+    where: ['hook', 'notificationSettingId', 'apiBase']
+      .filter((f) => f === 'apiBase' || settings[f as 'hook' | 'notificationSettingId'] !== undefined)
+      .map((f) => `catchUp.${f}`)
+      .join(' and '),
     maxRequests: settings.maxRequests,
     fetch: o.fetch,
     sleep: o.sleep,
@@ -158,7 +170,8 @@ export async function runCatchUp(o: CatchUpRunOptions): Promise<CatchUpResult> {
       progress('recovering');
     }
   } catch (e) {
-    if (o.signal?.aborted === true && !(e instanceof ReceiverError)) error = new ReceiverError('runtime', `sources.${source.name}.catchUp: stopped (shutting down)`);
+    if (o.signal?.aborted === true && !(e instanceof ReceiverError))
+      error = new ReceiverError('runtime', `sources.${source.name}.catchUp: stopped (shutting down)`);
     else error = e instanceof ReceiverError ? e : new ReceiverError('runtime', `sources.${source.name}.catchUp: ${(e as Error).message}`, { cause: e });
   }
   progress('done');
@@ -177,7 +190,8 @@ export async function runCatchUp(o: CatchUpRunOptions): Promise<CatchUpResult> {
     resumeAt = until === undefined ? end : Math.min(state.partial!.end, revisit);
     if (until !== undefined) partial = null;
   }
-  if (!dryRun) await store.recordCatchUp(source.name, { at: o.now, resumeAt: resumeAt ?? undefined, partial, error: error?.message ?? null, counts: { ...counts } });
+  if (!dryRun)
+    await store.recordCatchUp(source.name, { at: o.now, resumeAt: resumeAt ?? undefined, partial, error: error?.message ?? null, counts: { ...counts } });
   return result(error, resumeAt, api.requests);
 }
 

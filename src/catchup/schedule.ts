@@ -46,9 +46,28 @@ export function startCatchUp({ config, store, logger, onStored, onResult, now = 
     const settings = config.catchUp.get(name)!;
     const source = config.sources.get(name)!;
     try {
-      const r = await runCatchUp({ settings, source, store, routes: config.routes, now: now(), signal: abort.signal, ...(fetch === undefined ? {} : { fetch }) });
+      const r = await runCatchUp({
+        settings,
+        source,
+        store,
+        routes: config.routes,
+        now: now(),
+        signal: abort.signal,
+        ...(fetch === undefined ? {} : { fetch }),
+      });
       onResult?.(r);
-      const line = { source: r.source, provider: r.provider, from: new Date(r.from).toISOString(), listed: r.listed, alreadyStored: r.alreadyStored, storedNow: r.storedNow, redeliveryAsked: r.redeliveryAsked, failed: r.failed, requests: r.requests, durationMs: r.durationMs };
+      const line = {
+        source: r.source,
+        provider: r.provider,
+        from: new Date(r.from).toISOString(),
+        listed: r.listed,
+        alreadyStored: r.alreadyStored,
+        storedNow: r.storedNow,
+        redeliveryAsked: r.redeliveryAsked,
+        failed: r.failed,
+        requests: r.requests,
+        durationMs: r.durationMs,
+      };
       if (r.error === null) logger.info(line, 'catch-up');
       else logger.error({ ...line, error: r.error, ...(r.hint === null ? {} : { hint: r.hint }) }, 'catch-up failed');
       if (r.storedNow > 0) onStored?.();

@@ -8,4 +8,6 @@ import type { CatchUpSender } from './types.js';
  * Senders whose API can recover what they gave up on, by provider. The others have no
  * such API, or only one the sender itself may call (README: "Catch up after downtime").
  */
-export const catchUpSenders: ReadonlyMap<string, CatchUpSender> = new Map([stripeCatchUp, githubCatchUp, paddleCatchUp, gitlabCatchUp].map((s) => [s.provider, s]));
+export const catchUpSenders: ReadonlyMap<string, CatchUpSender> = new Map(
+  [stripeCatchUp, githubCatchUp, paddleCatchUp, gitlabCatchUp].map((s) => [s.provider, s]),
+);

@@ -18,13 +18,14 @@ export function parseSince(text: string, now: number): number {
   const m = /^(\d+)([smhd])$/.exec(text.trim());
   if (m !== null) return now - Number(m[1]) * UNITS[m[2]!]!;
   const at = /^\d{4}-\d{2}-\d{2}/.test(text) ? Date.parse(text) : Number.NaN;
-  if (Number.isNaN(at)) throw new ReceiverError('usage', `--since must be a duration (30m, 24h, 7d) or a time (2026-05-01T00:00:00Z), not "${printable(text)}"`);
+  if (Number.isNaN(at))
+    throw new ReceiverError('usage', `--since must be a duration (30m, 24h, 7d) or a time (2026-05-01T00:00:00Z), not "${printable(text)}"`);
   return at;
 }
 
 export function registerCatchUp(program: Command, io: CliIo): void {
   addCommonOptions(program.command('catch-up'))
-    .description("recover deliveries a sender gave up on, through the sender's API (sources with \"catchUp\")")
+    .description('recover deliveries a sender gave up on, through the sender\'s API (sources with "catchUp")')
     .argument('[source...]', 'sources to catch up (default: every source with "catchUp")')
     .option('--since <when>', 'start here (24h, 7d, or a time) instead of where the last run stopped; may reach before catch-up was configured')
     .option('--dry-run', 'list and count what would be recovered; change nothing, here or at the sender')
@@ -70,18 +71,28 @@ export async function catchUp(names: string[], options: CatchUpOptions, io: CliI
 }
 
 function chooseSources(config: Config, names: string[]): string[] {
-  if (config.catchUp.size === 0) throw new ReceiverError('config', `${config.file}: no source has "catchUp" configured`, { hint: 'add "catchUp" to a stripe, github, paddle or gitlab source (README: "Catch up after downtime")' });
+  if (config.catchUp.size === 0)
+    throw new ReceiverError('config', `${config.file}: no source has "catchUp" configured`, {
+      hint: 'add "catchUp" to a stripe, github, paddle or gitlab source (README: "Catch up after downtime")',
+    });
   if (names.length === 0) return [...config.catchUp.keys()];
   for (const n of names) {
-    if (!config.sources.has(n)) throw new ReceiverError('usage', `no source named "${printable(n)}"`, { hint: `choose from ${[...config.catchUp.keys()].join(', ')}` });
-    if (!config.catchUp.has(n)) throw new ReceiverError('usage', `source "${n}" has no "catchUp" configured`, { hint: `add "catchUp" to sources.${n}, or choose from ${[...config.catchUp.keys()].join(', ')}` });
+    if (!config.sources.has(n))
+      throw new ReceiverError('usage', `no source named "${printable(n)}"`, { hint: `choose from ${[...config.catchUp.keys()].join(', ')}` });
+    if (!config.catchUp.has(n))
+      throw new ReceiverError('usage', `source "${n}" has no "catchUp" configured`, {
+        hint: `add "catchUp" to sources.${n}, or choose from ${[...config.catchUp.keys()].join(', ')}`,
+      });
   }
   return [...new Set(names)];
 }
 
 function progressLine(stderr: CliIo['stderr']) {
   return (p: CatchUpProgress): void => {
-    const what = p.phase === 'listing' ? 'listing' : `${p.listed} listed, ${p.alreadyStored} already stored, ${p.storedNow} stored, ${p.redeliveryAsked} asked, ${p.failed} failed`;
+    const what =
+      p.phase === 'listing'
+        ? 'listing'
+        : `${p.listed} listed, ${p.alreadyStored} already stored, ${p.storedNow} stored, ${p.redeliveryAsked} asked, ${p.failed} failed`;
     stderr.write(`\r\x1b[K${p.source}: ${what}`);
   };
 }
@@ -109,7 +120,9 @@ function describe(results: CatchUpResult[], dryRun: boolean): string {
   const out: string[] = [];
   for (const r of results) {
     const recovered =
-      r.mode === 'store' ? `${dryRun ? 'would store' : 'stored now'} ${r.storedNow}` : `${dryRun ? 'would ask redelivery of' : 'redelivery asked'} ${r.redeliveryAsked}`;
+      r.mode === 'store'
+        ? `${dryRun ? 'would store' : 'stored now'} ${r.storedNow}`
+        : `${dryRun ? 'would ask redelivery of' : 'redelivery asked'} ${r.redeliveryAsked}`;
     out.push(`${r.source} (${r.provider}, from ${iso(r.from)}): listed ${r.listed}, already stored ${r.alreadyStored}, ${recovered}, failed ${r.failed}`);
     if (r.error !== null) {
       out.push(`  error: ${printable(r.error)}`);

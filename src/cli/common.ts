@@ -19,7 +19,11 @@ export function addCommonOptions(cmd: Command): Command {
     .option('--db <path-or-url>', 'database file or postgres:// URL (overrides "database"; also $RECEIVER_DB)');
 }
 
-export function configFrom(options: CommonOptions & Omit<ConfigOverrides, 'config' | 'db' | 'withoutSecrets'>, env: NodeJS.ProcessEnv, load: { secrets?: boolean } = {}): Config {
+export function configFrom(
+  options: CommonOptions & Omit<ConfigOverrides, 'config' | 'db' | 'withoutSecrets'>,
+  env: NodeJS.ProcessEnv,
+  load: { secrets?: boolean } = {},
+): Config {
   const overrides: ConfigOverrides = load.secrets === false ? { withoutSecrets: true } : {};
   if (options.config !== undefined) overrides.config = options.config;
   if (options.db !== undefined) overrides.db = options.db;

@@ -140,7 +140,16 @@ export async function listEvents(options: ListOptions, io: CliIo): Promise<void>
   if (list.length === 0) return void io.stdout.write('No events.\n');
   const rows = [['ID', 'RECEIVED', 'SOURCE', 'DELIVERY ID', 'TYPE', 'STATUS', 'ATTEMPTS', 'LAST ERROR']];
   for (const e of list) {
-    rows.push([String(e.id), new Date(e.receivedAt).toISOString(), p(e.source), p(e.deliveryId), p(e.eventType), e.status, String(e.attempts), oneLine(e.lastError, 60)]);
+    rows.push([
+      String(e.id),
+      new Date(e.receivedAt).toISOString(),
+      p(e.source),
+      p(e.deliveryId),
+      p(e.eventType),
+      e.status,
+      String(e.attempts),
+      oneLine(e.lastError, 60),
+    ]);
   }
   io.stdout.write(`${table(rows)}\n`);
 }
@@ -159,7 +168,9 @@ export async function showEvent(idText: string, options: ShowOptions, io: CliIo)
     await store.close();
   }
   if (event === undefined) {
-    throw new ReceiverError('not_found', `event ${idText} does not exist (never received, or purged)`, { hint: 'list recent events with `receiver events list`' });
+    throw new ReceiverError('not_found', `event ${idText} does not exist (never received, or purged)`, {
+      hint: 'list recent events with `receiver events list`',
+    });
   }
   const json = detailJson(event);
   if (options.json === true) return printJson(io.stdout, json);
@@ -177,7 +188,8 @@ function describeEvent(e: ReturnType<typeof detailJson>): string {
   ];
   if (e.lastError !== null) out.push(`  last error: ${oneLine(e.lastError, 200)}`);
   // Done without ever being claimed: stored done at ingest because no route applied to it.
-  if (e.status === 'done' && e.attempts === 0) out.push('  routes:     no route matched this event when it arrived (stored done; after adding a route, replay it)');
+  if (e.status === 'done' && e.attempts === 0)
+    out.push('  routes:     no route matched this event when it arrived (stored done; after adding a route, replay it)');
   out.push('headers:');
   if (e.headers === null) out.push('  (dropped by purge --bodies-days)');
   else for (const [k, v] of Object.entries(e.headers)) out.push(`  ${p(k)}: ${p(v)}`);
@@ -188,7 +200,9 @@ function describeEvent(e: ReturnType<typeof detailJson>): string {
   out.push('attempts:');
   if (e.attemptLog.length === 0) out.push('  (none yet)');
   for (const a of e.attemptLog) {
-    out.push(`  #${a.attempt} ${a.startedAt} ${p(a.route)} ${p(a.effectKey)} ${a.outcome}${a.forced ? ' (forced)' : ''}${a.error === null ? '' : `: ${oneLine(a.error, 120)}`}`);
+    out.push(
+      `  #${a.attempt} ${a.startedAt} ${p(a.route)} ${p(a.effectKey)} ${a.outcome}${a.forced ? ' (forced)' : ''}${a.error === null ? '' : `: ${oneLine(a.error, 120)}`}`,
+    );
     // What the effect printed (its tail), for a success as much as for a failure.
     if (a.output !== null && a.output.trim() !== '') {
       out.push('    output:');
@@ -197,7 +211,10 @@ function describeEvent(e: ReturnType<typeof detailJson>): string {
   }
   out.push('effects:');
   if (e.effects.length === 0) out.push('  (none)');
-  for (const f of e.effects) out.push(`  ${p(f.effectKey)}: ${f.status}, ${f.runs} run(s)${f.forcedRuns > 0 ? `, ${f.forcedRuns} forced` : ''}${f.eventId === e.id ? '' : ` (last run by event ${f.eventId})`}`);
+  for (const f of e.effects)
+    out.push(
+      `  ${p(f.effectKey)}: ${f.status}, ${f.runs} run(s)${f.forcedRuns > 0 ? `, ${f.forcedRuns} forced` : ''}${f.eventId === e.id ? '' : ` (last run by event ${f.eventId})`}`,
+    );
   if (e.conflicts.length > 0) {
     out.push('conflicts (same delivery id, different body):');
     for (const c of e.conflicts) out.push(`  ${c.receivedAt} sha256 ${c.bodySha256}${c.repeats > 0 ? `, ${c.repeats} repeat(s) since` : ''}`);

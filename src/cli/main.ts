@@ -41,7 +41,11 @@ export function checkoutStamp(): BuildStamp {
   // Only the package's own .git: an npm install inside some other repository is not that commit.
   if (!existsSync(`${root}.git`)) return { version };
   try {
-    const commit = execFileSync('git', ['describe', '--always', '--dirty', '--abbrev=12', '--exclude=*'], { cwd: root, stdio: ['ignore', 'pipe', 'ignore'], timeout: 5000 })
+    const commit = execFileSync('git', ['describe', '--always', '--dirty', '--abbrev=12', '--exclude=*'], {
+      cwd: root,
+      stdio: ['ignore', 'pipe', 'ignore'],
+      timeout: 5000,
+    })
       .toString()
       .trim();
     return commit === '' ? { version } : { version, commit };

@@ -32,9 +32,15 @@ interface PurgeOptions extends CommonOptions {
 
 export function registerPurge(program: Command, io: CliIo): void {
   addCommonOptions(program.command('purge'))
-    .description('delete finished (done) events older than N days in short batches, safe while `serve` runs; keeps pending, processing and dead events and the effect ledger')
+    .description(
+      'delete finished (done) events older than N days in short batches, safe while `serve` runs; keeps pending, processing and dead events and the effect ledger',
+    )
     .option('--days <n>', 'delete done events received more than N days ago', positiveInt('--days'))
-    .option('--bodies-days <n>', 'tiered retention: drop body and headers of done events older than N days, keeping their rows and keys', positiveInt('--bodies-days'))
+    .option(
+      '--bodies-days <n>',
+      'tiered retention: drop body and headers of done events older than N days, keeping their rows and keys',
+      positiveInt('--bodies-days'),
+    )
     .option('--dry-run', 'count what would be removed; change nothing')
     .option('--batch-size <n>', `rows per write transaction (default ${DEFAULT_BATCH_SIZE})`, positiveInt('--batch-size'))
     .option('--force', 'purge even when --days is shorter than the longest retry horizon of the configured sources')
@@ -182,7 +188,8 @@ function describe(report: PurgeReport, options: PurgeOptions): string {
     );
   }
   if (report.dryRun) lines.push('Dry run: nothing was changed.');
-  else lines.push(`${report.batches} batch(es) of up to ${report.batchSize} rows; batch time median ${report.batchMs.median} ms, max ${report.batchMs.max} ms.`);
+  else
+    lines.push(`${report.batches} batch(es) of up to ${report.batchSize} rows; batch time median ${report.batchMs.median} ms, max ${report.batchMs.max} ms.`);
   if (options.days !== undefined) lines.push(`Note: ${PURGE_COST}`);
   return `${lines.join('\n')}\n`;
 }

@@ -20,10 +20,7 @@ export function registerReplay(program: Command, io: CliIo): void {
     .option('--dead', 'replay every dead event')
     .option('--force', 're-run effects whose key is already done (e.g. re-send a licence email); recorded as forced')
     .option('--json', 'print one JSON document')
-    .addHelpText(
-      'after',
-      '\nA replayed event starts a fresh retry count (maxAttempts applies again); its earlier attempts stay in `events show`.\n',
-    )
+    .addHelpText('after', '\nA replayed event starts a fresh retry count (maxAttempts applies again); its earlier attempts stay in `events show`.\n')
     .action((ids: string[], options: ReplayOptions) => replay(ids, options, io));
 }
 
@@ -41,7 +38,9 @@ function targetOf(ids: string[], options: ReplayOptions): Target {
   if (bySource) {
     if (options.source === undefined || options.delivery === undefined) {
       const missing = options.source === undefined ? '--source' : '--delivery';
-      throw new ReceiverError('usage', `${missing} is missing: --source and --delivery go together`, { hint: 'receiver replay --source stripe --delivery evt_123' });
+      throw new ReceiverError('usage', `${missing} is missing: --source and --delivery go together`, {
+        hint: 'receiver replay --source stripe --delivery evt_123',
+      });
     }
     return { source: options.source, deliveryId: options.delivery };
   }
@@ -75,7 +74,9 @@ export function replayJson(result: ReplayResult) {
     refused: result.refused.map((r) => ({
       id: r.eventId,
       reason: r.reason,
-      ...(r.reason === 'processing' ? { leaseOwner: r.leaseOwner ?? null, leaseExpiresAt: r.leaseExpiresAt == null ? null : new Date(r.leaseExpiresAt).toISOString() } : {}),
+      ...(r.reason === 'processing'
+        ? { leaseOwner: r.leaseOwner ?? null, leaseExpiresAt: r.leaseExpiresAt == null ? null : new Date(r.leaseExpiresAt).toISOString() }
+        : {}),
     })),
   };
 }
@@ -107,7 +108,9 @@ export async function replay(ids: string[], options: ReplayOptions, io: CliIo): 
 
   if (options.json === true) printJson(io.stdout, replayJson(result));
   if (result.refused.length > 0) {
-    const hint = result.refused.some((r) => r.reason === 'processing') ? 'wait until it finishes (at most until its lease expires), then run the same command again' : undefined;
+    const hint = result.refused.some((r) => r.reason === 'processing')
+      ? 'wait until it finishes (at most until its lease expires), then run the same command again'
+      : undefined;
     throw new ReceiverError('not_found', `nothing was replayed: ${result.refused.map(explain).join('; ')}`, hint === undefined ? {} : { hint });
   }
   if (options.json === true) return;
@@ -119,6 +122,8 @@ export async function replay(ids: string[], options: ReplayOptions, io: CliIo): 
   io.stdout.write(
     `Replayed ${result.replayed.length} event(s):\n${lines.join('\n')}\n` +
       'The running server drains them within about a second, with a fresh retry count. ' +
-      (force ? 'Forced: effects whose key is already done run again, and the attempts are recorded as forced.\n' : 'Effects already done stay skipped (add --force to run them again).\n'),
+      (force
+        ? 'Forced: effects whose key is already done run again, and the attempts are recorded as forced.\n'
+        : 'Effects already done stay skipped (add --force to run them again).\n'),
   );
 }

@@ -40,12 +40,21 @@ export async function sendTest(name: string, options: SendTestOptions, io: CliIo
   let response: Response;
   let text: string;
   try {
-    response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...signed.headers }, body: new Uint8Array(body), signal: abort.signal });
+    response = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...signed.headers },
+      body: new Uint8Array(body),
+      signal: abort.signal,
+    });
     text = await response.text();
   } catch (e) {
-    throw new ReceiverError('runtime', `cannot reach ${url}: ${(e as Error).cause instanceof Error ? ((e as Error).cause as Error).message : (e as Error).message}`, {
-      hint: 'start the server with `receiver serve` (or pass --url)',
-    });
+    throw new ReceiverError(
+      'runtime',
+      `cannot reach ${url}: ${(e as Error).cause instanceof Error ? ((e as Error).cause as Error).message : (e as Error).message}`,
+      {
+        hint: 'start the server with `receiver serve` (or pass --url)',
+      },
+    );
   } finally {
     clearTimeout(timer);
   }

@@ -79,11 +79,14 @@ function describe(j: ReturnType<typeof statsJson>): string {
     const verdict = s.keysCoverHorizon === null ? '' : s.keysCoverHorizon ? ', covered' : ', younger than the horizon (a young database, or purged too early)';
     out.push(`  ${s.source}: ${age}, ${horizon}${verdict}`);
   }
-  if (j.catchUp.length > 0) out.push('catch-up (from the senders\' APIs):');
+  if (j.catchUp.length > 0) out.push("catch-up (from the senders' APIs):");
   for (const c of j.catchUp) {
     const last = c.lastRunAt === null ? 'never run' : `last run ${c.lastRunAt}${c.lastError === null ? ' ok' : ` FAILED: ${printable(c.lastError)}`}`;
     const n = c.lastCounts;
-    const counts = n === null ? '' : ` (listed ${n.listed}, already stored ${n.alreadyStored}, stored ${n.storedNow}, redelivery asked ${n.redeliveryAsked}, failed ${n.failed})`;
+    const counts =
+      n === null
+        ? ''
+        : ` (listed ${n.listed}, already stored ${n.alreadyStored}, stored ${n.storedNow}, redelivery asked ${n.redeliveryAsked}, failed ${n.failed})`;
     const every = c.everyMinutes === null ? 'not configured any more' : `every ${c.everyMinutes} min`;
     const older = c.olderPartUntil === null ? '' : `, the older part up to ${c.olderPartUntil} first`;
     out.push(`  ${c.source}: ${every}, ${last}${counts}, resumes from ${c.resumeAt ?? c.firstConfiguredAt ?? 'now'}${older}`);

@@ -48,5 +48,13 @@ function catchUpOf(config: Config, name: string) {
   const c = config.catchUp.get(name);
   if (c === undefined) return {};
   const target = c.hook ?? c.notificationSettingId;
-  return { catchUp: { apiBase: redactUrl(c.apiBase), everyMinutes: c.everyMinutes, maxRequests: c.maxRequests, ...(target === undefined ? {} : { target }), credential: c.credential !== undefined } };
+  return {
+    catchUp: {
+      apiBase: redactUrl(c.apiBase),
+      everyMinutes: c.everyMinutes,
+      maxRequests: c.maxRequests,
+      ...(target === undefined ? {} : { target }),
+      credential: c.credential !== undefined,
+    },
+  };
 }

@@ -99,11 +99,14 @@ function unusedFields(field: string, options: SourceConfig, provider: Provider):
   for (const f of PROVIDER_FIELDS) {
     if (options[f] === undefined || provider.fields.includes(f)) continue;
     const readers = providerNames().filter((n) => providers.get(n)?.fields.includes(f));
-    problems.push(`${field}.${f}: provider "${provider.name}" does not use this field, it would be silently ignored (it is read by ${readers.join(', ')}; remove it, or check "provider")`);
+    problems.push(
+      `${field}.${f}: provider "${provider.name}" does not use this field, it would be silently ignored (it is read by ${readers.join(', ')}; remove it, or check "provider")`,
+    );
   }
   if (!provider.needsSecret) {
     for (const f of ['secret', 'secrets'] as const) {
-      if (options[f] !== undefined) problems.push(`${field}.${f}: provider "${provider.name}" verifies nothing, so no secret is checked (remove it, or choose the sender's provider)`);
+      if (options[f] !== undefined)
+        problems.push(`${field}.${f}: provider "${provider.name}" verifies nothing, so no secret is checked (remove it, or choose the sender's provider)`);
     }
   }
   return problems;
@@ -123,9 +126,11 @@ function httpHeaderProblems(field: string, headers: Readonly<Record<string, stri
   for (const [name, value] of Object.entries(headers)) {
     const lower = name.toLowerCase();
     if (!HEADER_NAME.test(name)) problems.push(`${field}.${name}: is not a valid HTTP header name (letters, digits and !#$%&'*+.^_\`|~- only)`);
-    else if (HEADERS_SET_BY_RECEIVER.includes(lower)) problems.push(`${field}.${name}: receiver sets this header on every request, so this value would be ignored (remove it)`);
+    else if (HEADERS_SET_BY_RECEIVER.includes(lower))
+      problems.push(`${field}.${name}: receiver sets this header on every request, so this value would be ignored (remove it)`);
     else if (seen.has(lower)) problems.push(`${field}.${name}: set twice (header names are case-insensitive)`);
-    if (!HEADER_VALUE.test(value)) problems.push(`${field}.${name}: the value holds a line break, a control character or a character past U+00FF, which HTTP cannot send`);
+    if (!HEADER_VALUE.test(value))
+      problems.push(`${field}.${name}: the value holds a line break, a control character or a character past U+00FF, which HTTP cannot send`);
     seen.add(lower);
   }
   return problems;
@@ -134,7 +139,10 @@ function httpHeaderProblems(field: string, headers: Readonly<Record<string, stri
 export function resolveConfig(json: unknown, file: string, overrides: ConfigOverrides = {}, env: NodeJS.ProcessEnv = process.env): Config {
   const reserved = protoKeys(json);
   if (reserved.length > 0) {
-    throw configError(`${file}: invalid configuration\n${reserved.map((p) => `${p}: "__proto__" cannot be used as a name`).join('\n')}`, 'rename it (sources, key ids, filter paths and header names may not be "__proto__")');
+    throw configError(
+      `${file}: invalid configuration\n${reserved.map((p) => `${p}: "__proto__" cannot be used as a name`).join('\n')}`,
+      'rename it (sources, key ids, filter paths and header names may not be "__proto__")',
+    );
   }
   const parsed = configSchema.safeParse(json);
   if (!parsed.success) {
@@ -146,7 +154,8 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
   const host = overrides.host ?? env.RECEIVER_HOST ?? raw.host;
   const portText = overrides.port ?? env.RECEIVER_PORT;
   const port = portText === undefined ? raw.port : Number(portText);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw configError(`port: ${String(portText)} is not a port number`, 'use a whole number from 0 to 65535');
+  if (!Number.isInteger(port) || port < 0 || port > 65535)
+    throw configError(`port: ${String(portText)} is not a port number`, 'use a whole number from 0 to 65535');
   const level = overrides.logLevel ?? env.RECEIVER_LOG_LEVEL ?? raw.log.level;
   const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
   if (!levels.includes(level)) throw configError(`log.level: "${level}" is not a level`, `use one of ${levels.join(', ')}`);
@@ -219,7 +228,8 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
   const names = new Set<string>();
   raw.routes.forEach((route, i) => {
     const field = `routes.${i}`;
-    if (names.has(route.name)) problems.push(`${field}.name: "${route.name}" is used by two routes; effect keys start with the route name, so names must be unique`);
+    if (names.has(route.name))
+      problems.push(`${field}.name: "${route.name}" is used by two routes; effect keys start with the route name, so names must be unique`);
     names.add(route.name);
     if (route.source !== '*' && !Object.hasOwn(raw.sources, route.source)) problems.push(`${field}.source: no source named "${route.source}"`);
     for (const f of ['key', 'version'] as const) {
@@ -254,7 +264,8 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     }
   }
 
-  if (problems.length > 0) throw configError(`${file}: invalid configuration\n${problems.join('\n')}`, 'fix the fields named above, then run `receiver check-config`');
+  if (problems.length > 0)
+    throw configError(`${file}: invalid configuration\n${problems.join('\n')}`, 'fix the fields named above, then run `receiver check-config`');
 
   return {
     ...raw,
@@ -271,18 +282,28 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
 }
 
 /** A source's `catchUp`, checked against its sender and with its credential resolved; problems are pushed. */
-function catchUpSettings(name: string, provider: string, c: NonNullable<SourceConfig['catchUp']>, withoutSecrets: boolean, env: NodeJS.ProcessEnv, problems: string[]): CatchUpSettings | undefined {
+function catchUpSettings(
+  name: string,
+  provider: string,
+  c: NonNullable<SourceConfig['catchUp']>,
+  withoutSecrets: boolean,
+  env: NodeJS.ProcessEnv,
+  problems: string[],
+): CatchUpSettings | undefined {
   const field = `sources.${name}.catchUp`;
   const sender = catchUpSenders.get(provider);
   if (sender === undefined) {
-    problems.push(`${field}: provider "${provider}" has no API that recovers missed deliveries (catch-up works with ${[...catchUpSenders.keys()].join(', ')}; see the README's "Catch up after downtime")`);
+    problems.push(
+      `${field}: provider "${provider}" has no API that recovers missed deliveries (catch-up works with ${[...catchUpSenders.keys()].join(', ')}; see the README's "Catch up after downtime")`,
+    );
     return undefined;
   }
   const found = problems.length;
   const other = sender.credentialField === 'apiKey' ? 'token' : 'apiKey';
   if (c[other] !== undefined) problems.push(`${field}.${other}: ${sender.title} takes its credential in "${sender.credentialField}"`);
   const ref = c[sender.credentialField];
-  if (ref === undefined) problems.push(`${field}.${sender.credentialField}: ${sender.title} catch-up needs an API credential with ${sender.permissions} (env:NAME or file:PATH)`);
+  if (ref === undefined)
+    problems.push(`${field}.${sender.credentialField}: ${sender.title} catch-up needs an API credential with ${sender.permissions} (env:NAME or file:PATH)`);
   for (const p of sender.validate(c)) problems.push(`${field}.${p}`);
   let credential: Secret | undefined;
   if (ref !== undefined && !withoutSecrets) {
@@ -294,5 +315,14 @@ function catchUpSettings(name: string, provider: string, c: NonNullable<SourceCo
     }
   }
   if (problems.length > found) return undefined;
-  return { source: name, sender, credential, apiBase: c.apiBase ?? sender.defaultApiBase, everyMinutes: c.everyMinutes, maxRequests: c.maxRequests, hook: c.hook, notificationSettingId: c.notificationSettingId };
+  return {
+    source: name,
+    sender,
+    credential,
+    apiBase: c.apiBase ?? sender.defaultApiBase,
+    everyMinutes: c.everyMinutes,
+    maxRequests: c.maxRequests,
+    hook: c.hook,
+    notificationSettingId: c.notificationSettingId,
+  };
 }

@@ -111,9 +111,7 @@ export const configSchema = z.strictObject({
       pollMs: z.number().int().positive().default(1000),
     })
     .default({ enabled: true, leaseSeconds: 30, pollMs: 1000 }),
-  log: z
-    .strictObject({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') })
-    .default({ level: 'info' }),
+  log: z.strictObject({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') }).default({ level: 'info' }),
   metrics: z
     .strictObject({
       enabled: z.boolean().default(true),

@@ -140,7 +140,10 @@ export function startDrain(options: DrainOptions): Drain {
       held.clear();
       if (unstarted.length > 0) {
         await store.releaseEvents(unstarted).catch((e: unknown) => {
-          logger.warn({ err: e instanceof Error ? e.message : String(e), events: unstarted.length }, 'drain: could not release unstarted claims; they come back when their lease expires');
+          logger.warn(
+            { err: e instanceof Error ? e.message : String(e), events: unstarted.length },
+            'drain: could not release unstarted claims; they come back when their lease expires',
+          );
         });
       }
     }
@@ -239,7 +242,10 @@ async function takeBackClaims(store: DrainStore, self: string, now: () => number
     }
   } catch (e) {
     // Not taking them back only means waiting for their lease.
-    logger.warn({ err: e instanceof Error ? e.message : String(e) }, 'drain: could not look for the claims of dead processes; they come back when their lease expires');
+    logger.warn(
+      { err: e instanceof Error ? e.message : String(e) },
+      'drain: could not look for the claims of dead processes; they come back when their lease expires',
+    );
   }
 }
 

@@ -88,7 +88,10 @@ export async function persist<T>(ctx: Pick<ProcessContext, 'logger'>, what: stri
     } catch (e) {
       if (signal.aborted) throw new Interrupted(what, e);
       // One line per try, no stack: the cause is the database's, named in the message.
-      ctx.logger.warn({ eventId, step: what, tries, retryInMs: waitMs, err: e instanceof Error ? e.message : String(e) }, 'drain bookkeeping write failed; keeping the claim and trying again');
+      ctx.logger.warn(
+        { eventId, step: what, tries, retryInMs: waitMs, err: e instanceof Error ? e.message : String(e) },
+        'drain bookkeeping write failed; keeping the claim and trying again',
+      );
       await pause(waitMs, signal);
       waitMs = Math.min(PERSIST_MAX_MS, waitMs * 2);
     }
@@ -120,7 +123,15 @@ export async function processEvent(ctx: ProcessContext, event: ClaimedEvent, sig
   for (const [i, plan] of plans.entries()) {
     if (plan.kind === 'failure') {
       const at = ctx.now();
-      const record = { eventId: event.id, attempt: event.attempt, route: plan.route.name, outcome: 'failed' as const, error: plan.error, startedAt: at, finishedAt: at };
+      const record = {
+        eventId: event.id,
+        attempt: event.attempt,
+        route: plan.route.name,
+        outcome: 'failed' as const,
+        error: plan.error,
+        startedAt: at,
+        finishedAt: at,
+      };
       await persist(ctx, 'record attempt', event.id, signal, () => ctx.store.recordAttempt(record));
       report(ctx, event, plan.route.name, undefined, 'failed', false, 0, plan.error);
       failures.push({ route: plan.route.name, error: plan.error, retryable: true });
@@ -172,7 +183,14 @@ async function settleEvent(ctx: ProcessContext, event: ClaimedEvent, failures: F
   return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: held ? 'retry' : 'lost', nextAttemptAt: at, error });
 }
 
-async function runRoute(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedEffect, json: unknown, signal: AbortSignal, last: boolean): Promise<RouteResult> {
+async function runRoute(
+  ctx: ProcessContext,
+  event: ClaimedEvent,
+  plan: PlannedEffect,
+  json: unknown,
+  signal: AbortSignal,
+  last: boolean,
+): Promise<RouteResult> {
   const route = plan.route;
   const start: EffectStart = {
     route: route.name,
@@ -194,7 +212,16 @@ async function runRoute(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedE
     } catch (e) {
       const error = `cannot load module ${route.effect.module}: ${(e as Error).message}`;
       const at = ctx.now();
-      const record = { eventId: event.id, attempt: event.attempt, route: route.name, effectKey: plan.effectKey, outcome: 'failed' as const, error, startedAt: at, finishedAt: at };
+      const record = {
+        eventId: event.id,
+        attempt: event.attempt,
+        route: route.name,
+        effectKey: plan.effectKey,
+        outcome: 'failed' as const,
+        error,
+        startedAt: at,
+        finishedAt: at,
+      };
       await persist(ctx, 'record attempt', event.id, signal, () => ctx.store.recordAttempt(record));
       report(ctx, event, route.name, plan.effectKey, 'failed', false, elapsed(), error);
       return { lost: false, failure: { route: route.name, error, retryable: true } };
@@ -202,15 +229,24 @@ async function runRoute(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedE
     const moduleEvent: ModuleEvent = { ...eventView(event), json };
     // Nothing of a module effect commits unless its transaction does: a failed commit is
     // tried again as a whole (the handler runs again; its earlier writes were rolled back).
-    const r = await persist(ctx, 'module effect', event.id, signal, () => ctx.store.runTransactionalEffect(
-      event.lease,
-      event.attempt,
-      start,
-      (db) => callHandler(handler, moduleEvent, { event: moduleEvent, route: route.name, key: plan.businessKey, effectKey: plan.effectKey, attempt: event.attempt, db }, timeoutMs, signal),
-      ctx.now,
-      ctx.leaseMs,
-      { completeOnOk: last },
-    ));
+    const r = await persist(ctx, 'module effect', event.id, signal, () =>
+      ctx.store.runTransactionalEffect(
+        event.lease,
+        event.attempt,
+        start,
+        (db) =>
+          callHandler(
+            handler,
+            moduleEvent,
+            { event: moduleEvent, route: route.name, key: plan.businessKey, effectKey: plan.effectKey, attempt: event.attempt, db },
+            timeoutMs,
+            signal,
+          ),
+        ctx.now,
+        ctx.leaseMs,
+        { completeOnOk: last },
+      ),
+    );
     if (r.action === 'lost') return { lost: true };
     if (r.action === 'failed') {
       report(ctx, event, route.name, plan.effectKey, 'failed', start.force, elapsed(), r.error);
@@ -237,19 +273,21 @@ async function runRoute(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedE
   }));
   if (signal.aborted) return { lost: false };
   const finishedAt = ctx.now();
-  await persist(ctx, 'finish effect', event.id, signal, () => ctx.store.finishEffect(
-    {
-      attemptId: d.attemptId,
-      effectKey: plan.effectKey,
-      runToken: start.runToken,
-      outcome: result.ok ? 'ok' : 'failed',
-      error: result.ok ? undefined : result.error,
-      output: result.output,
-      version: plan.version,
-      wasDone: d.wasDone,
-    },
-    finishedAt,
-  ));
+  await persist(ctx, 'finish effect', event.id, signal, () =>
+    ctx.store.finishEffect(
+      {
+        attemptId: d.attemptId,
+        effectKey: plan.effectKey,
+        runToken: start.runToken,
+        outcome: result.ok ? 'ok' : 'failed',
+        error: result.ok ? undefined : result.error,
+        output: result.output,
+        version: plan.version,
+        wasDone: d.wasDone,
+      },
+      finishedAt,
+    ),
+  );
   const forced = d.wasDone && start.force;
   if (result.ok) {
     report(ctx, event, route.name, plan.effectKey, 'ok', forced, elapsed());
@@ -262,10 +300,28 @@ async function runRoute(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedE
 async function runExternal(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedEffect, timeoutMs: number, signal: AbortSignal): Promise<EffectResult> {
   const effect = plan.route.effect;
   if (effect.exec !== undefined) {
-    return runExec({ argv: effect.exec, event: eventView(event), businessKey: plan.businessKey, effectKey: plan.effectKey, attempt: event.attempt, baseEnv: ctx.execEnv, timeoutMs, signal });
+    return runExec({
+      argv: effect.exec,
+      event: eventView(event),
+      businessKey: plan.businessKey,
+      effectKey: plan.effectKey,
+      attempt: event.attempt,
+      baseEnv: ctx.execEnv,
+      timeoutMs,
+      signal,
+    });
   }
   if (effect.http !== undefined) {
-    return runHttp({ url: effect.http.url, headers: effect.http.headers, event: eventView(event), effectKey: plan.effectKey, attempt: event.attempt, timeoutMs, now: ctx.now(), signal });
+    return runHttp({
+      url: effect.http.url,
+      headers: effect.http.headers,
+      event: eventView(event),
+      effectKey: plan.effectKey,
+      attempt: event.attempt,
+      timeoutMs,
+      now: ctx.now(),
+      signal,
+    });
   }
   return { ok: false, retryable: false, error: 'route has no effect' };
 }
@@ -284,8 +340,29 @@ function errorOf(d: { action: string; appliedVersion?: string; heldByEventId?: n
   return undefined;
 }
 
-function report(ctx: ProcessContext, e: ClaimedEvent, route: string, effectKey: string | undefined, outcome: AttemptOutcome['outcome'], forced: boolean, durationMs: number, error?: string): void {
-  const a: AttemptOutcome = { eventId: e.id, source: e.source, deliveryId: e.deliveryId, eventType: e.eventType, attempt: e.attempt, route, effectKey, outcome, forced, durationMs: Math.round(durationMs * 100) / 100, error };
+function report(
+  ctx: ProcessContext,
+  e: ClaimedEvent,
+  route: string,
+  effectKey: string | undefined,
+  outcome: AttemptOutcome['outcome'],
+  forced: boolean,
+  durationMs: number,
+  error?: string,
+): void {
+  const a: AttemptOutcome = {
+    eventId: e.id,
+    source: e.source,
+    deliveryId: e.deliveryId,
+    eventType: e.eventType,
+    attempt: e.attempt,
+    route,
+    effectKey,
+    outcome,
+    forced,
+    durationMs: Math.round(durationMs * 100) / 100,
+    error,
+  };
   // Ids, keys and outcome only: never the body, headers or an effect's output (they may hold secrets).
   if (outcome === 'failed') ctx.logger.warn(a, 'effect attempt');
   else ctx.logger.info(a, 'effect attempt');
@@ -293,7 +370,15 @@ function report(ctx: ProcessContext, e: ClaimedEvent, route: string, effectKey: 
 }
 
 function settle(ctx: ProcessContext, e: ClaimedEvent, o: EventOutcome): EventOutcome {
-  const fields = { eventId: e.id, source: e.source, deliveryId: e.deliveryId, attempt: e.attempt, status: o.status, nextAttemptAt: o.nextAttemptAt, error: o.error };
+  const fields = {
+    eventId: e.id,
+    source: e.source,
+    deliveryId: e.deliveryId,
+    attempt: e.attempt,
+    status: o.status,
+    nextAttemptAt: o.nextAttemptAt,
+    error: o.error,
+  };
   if (o.status === 'lost') ctx.logger.warn(fields, 'event lease lost: another drain took it over; nothing changed');
   else if (o.status === 'dead') ctx.logger.error(fields, 'event dead');
   else if (o.status === 'retry') ctx.logger.warn(fields, 'event will be retried');

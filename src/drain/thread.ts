@@ -75,7 +75,8 @@ export function startDrainThread(o: DrainThreadOptions): Promise<Drain> {
       if (m.type === 'started') {
         started = true;
         resolve(drain);
-      } else if (m.type === 'failed') fail(new ReceiverError('runtime', `the drain could not start: ${m.message}`, m.hint === undefined ? {} : { hint: m.hint }));
+      } else if (m.type === 'failed')
+        fail(new ReceiverError('runtime', `the drain could not start: ${m.message}`, m.hint === undefined ? {} : { hint: m.hint }));
       else if (m.type === 'outcomes') {
         for (const a of m.attempts) o.onAttempt?.(a);
         for (const e of m.events) o.onEvent?.(e);

@@ -68,7 +68,10 @@ if (parentPort !== null) {
     const from = moduleOrigin();
     if (from === undefined) throw e;
     const text = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
-    logger.error({ ...from, error: text.length > 200 ? `${text.slice(0, 200)}...` : text }, 'module effect left a promise rejection unhandled; ignored, the receiver keeps running');
+    logger.error(
+      { ...from, error: text.length > 200 ? `${text.slice(0, 200)}...` : text },
+      'module effect left a promise rejection unhandled; ignored, the receiver keeps running',
+    );
   });
 
   let attempts: AttemptOutcome[] = [];

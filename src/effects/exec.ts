@@ -25,7 +25,10 @@ export interface ExecRequest {
  * `RECEIVER_*` variable (RECEIVER_DB may be a postgres:// URL with a password). The
  * documented RECEIVER_* event variables are then set per run.
  */
-export function effectEnvironment(config: Pick<Config, 'sources' | 'metrics'> & Partial<Pick<Config, 'catchUp'>>, parent: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+export function effectEnvironment(
+  config: Pick<Config, 'sources' | 'metrics'> & Partial<Pick<Config, 'catchUp'>>,
+  parent: NodeJS.ProcessEnv = process.env,
+): NodeJS.ProcessEnv {
   const secrets = new Set<string>();
   for (const s of config.sources.values()) {
     for (const x of s.secrets) secrets.add(x.reveal());

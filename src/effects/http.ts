@@ -42,7 +42,14 @@ export function describeUrl(url: string): string {
 }
 
 /** Headers runHttp sets on every request: a configured header of the same name would be overwritten. */
-export const HEADERS_SET_BY_RECEIVER: readonly string[] = ['content-type', 'idempotency-key', 'x-receiver-event-id', 'x-receiver-event-type', 'x-receiver-source', 'x-receiver-attempt'];
+export const HEADERS_SET_BY_RECEIVER: readonly string[] = [
+  'content-type',
+  'idempotency-key',
+  'x-receiver-event-id',
+  'x-receiver-event-type',
+  'x-receiver-source',
+  'x-receiver-attempt',
+];
 
 /** 408, 429 and 5xx are worth retrying; other non-2xx answers will not change. */
 export function isRetryableStatus(status: number): boolean {
@@ -100,6 +107,7 @@ export async function runHttp(req: HttpRequest): Promise<EffectResult> {
   const output = tail.toString();
   if (res.status >= 200 && res.status < 300) return { ok: true, output };
   const error = `POST ${where} answered ${res.status}`;
-  if (isRetryableStatus(res.status)) return { ok: false, retryable: true, error, output, retryAfterMs: parseRetryAfter(res.headers.get('retry-after'), req.now) };
+  if (isRetryableStatus(res.status))
+    return { ok: false, retryable: true, error, output, retryAfterMs: parseRetryAfter(res.headers.get('retry-after'), req.now) };
   return { ok: false, retryable: false, error: `${error} (permanent: not retried)`, output };
 }

@@ -66,7 +66,8 @@ export function loadHandler(path: string): Promise<ModuleHandler> {
   let p = loaded.get(path);
   if (p === undefined) {
     p = importModule(pathToFileURL(path).href).then((m) => {
-      if (typeof m.default !== 'function') throw new Error(`module ${path} has no default export function (export default async function (event, ctx) { ... })`);
+      if (typeof m.default !== 'function')
+        throw new Error(`module ${path} has no default export function (export default async function (event, ctx) { ... })`);
       return m.default as ModuleHandler;
     });
     // A failed import (a typo being fixed) is tried again on the next attempt.

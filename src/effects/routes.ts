@@ -33,7 +33,10 @@ function routeSelects(route: RouteConfig, source: string, eventType: string): bo
  * rule the drain applies (planEffects); an event none applies to is stored done. A filter
  * on `{id}` (the event id, unknown before the insert) is left for the drain to decide.
  */
-export function anyRouteApplies(routes: readonly RouteConfig[], e: { source: string; eventType: string; headers: Record<string, string>; body: Buffer }): boolean {
+export function anyRouteApplies(
+  routes: readonly RouteConfig[],
+  e: { source: string; eventType: string; headers: Record<string, string>; body: Buffer },
+): boolean {
   const selecting = routes.filter((r) => routeSelects(r, e.source, e.eventType));
   if (selecting.some((r) => r.filter === undefined || Object.hasOwn(r.filter, 'id'))) return true;
   if (selecting.length === 0) return false;

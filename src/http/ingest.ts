@@ -80,8 +80,7 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
     const source = sources.get(name);
     // A configured name is ours; an unknown one is whatever the request said.
     const logged = source === undefined ? cutForLog(name) : name;
-    const report = (o: Omit<DeliveryOutcome, 'durationMs' | 'source'>) =>
-      onOutcome?.({ source: logged, durationMs: performance.now() - started, ...o });
+    const report = (o: Omit<DeliveryOutcome, 'durationMs' | 'source'>) => onOutcome?.({ source: logged, durationMs: performance.now() - started, ...o });
     let delivery: Delivery | undefined;
     let deliveryId: string | undefined;
     try {

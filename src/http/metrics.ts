@@ -156,7 +156,12 @@ export class ReceiverMetrics {
       labelNames: ['source', 'outcome'],
       registers,
     });
-    this.#catchUpRequests = new Counter({ name: 'receiver_catch_up_requests_total', help: "Requests catch-up made to a sender's API, by source", labelNames: ['source'], registers });
+    this.#catchUpRequests = new Counter({
+      name: 'receiver_catch_up_requests_total',
+      help: "Requests catch-up made to a sender's API, by source",
+      labelNames: ['source'],
+      registers,
+    });
     this.#catchUpLastOk = new Gauge({
       name: 'receiver_catch_up_last_success_timestamp_seconds',
       help: 'When the last successful catch-up run of a source ended (0: none since start); alert when it falls behind',
@@ -265,7 +270,9 @@ export function metricsRoute(metrics: ReceiverMetrics, { token }: MetricsRouteOp
   return function mountMetrics(app: Hono): void {
     app.get('/metrics', async (c: Context) => {
       if (token !== undefined && !bearerMatches(c.req.header('authorization'), token)) {
-        return c.json({ error: 'unauthorized', message: 'GET /metrics needs Authorization: Bearer <metrics.token>' }, 401, { 'www-authenticate': 'Bearer realm="metrics"' });
+        return c.json({ error: 'unauthorized', message: 'GET /metrics needs Authorization: Bearer <metrics.token>' }, 401, {
+          'www-authenticate': 'Bearer realm="metrics"',
+        });
       }
       return c.body(await metrics.text(), 200, { 'content-type': metrics.registry.contentType });
     });

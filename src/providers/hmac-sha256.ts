@@ -62,7 +62,9 @@ export const hmacSha256: Provider = {
       problems.push('signedPayload: uses {timestamp} but no timestampHeader is set (try: set "timestampHeader" to the header carrying the signing time)');
     }
     if (options.timestampHeader !== undefined && !signsTimestamp) {
-      problems.push('timestampHeader: the timestamp is checked for freshness but signedPayload does not sign it, so anyone could refresh it (try: put {timestamp} in "signedPayload" as the sender signs it)');
+      problems.push(
+        'timestampHeader: the timestamp is checked for freshness but signedPayload does not sign it, so anyone could refresh it (try: put {timestamp} in "signedPayload" as the sender signs it)',
+      );
     }
     if (options.toleranceSeconds !== undefined && options.timestampHeader === undefined) {
       problems.push('toleranceSeconds: there is no timestamp to check without "timestampHeader" (try: set "timestampHeader", or remove "toleranceSeconds")');
@@ -78,7 +80,8 @@ export const hmacSha256: Provider = {
     sig = sig.slice(prefix.length);
     const template = defaultPayload(source);
     // Never sign an empty timestamp (the configuration refuses this; the second line).
-    if (template.includes('{timestamp}') && o.timestampHeader === undefined) throw verificationError('signedPayload uses {timestamp} but no timestampHeader is configured');
+    if (template.includes('{timestamp}') && o.timestampHeader === undefined)
+      throw verificationError('signedPayload uses {timestamp} but no timestampHeader is configured');
     let ts: string | undefined;
     if (o.timestampHeader !== undefined) {
       ts = header(d, o.timestampHeader);

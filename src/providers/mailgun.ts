@@ -17,13 +17,21 @@ function readSignature(d: Delivery): { sig: MailgunSignature; json: unknown; for
   const json = jsonBody(d);
   if (json !== undefined && json !== null && typeof json === 'object') {
     return {
-      sig: { timestamp: stringAt(json, ['signature', 'timestamp']), token: stringAt(json, ['signature', 'token']), signature: stringAt(json, ['signature', 'signature']) },
+      sig: {
+        timestamp: stringAt(json, ['signature', 'timestamp']),
+        token: stringAt(json, ['signature', 'token']),
+        signature: stringAt(json, ['signature', 'signature']),
+      },
       json,
       form: undefined,
     };
   }
   const form = new URLSearchParams(d.raw.toString('utf8'));
-  return { sig: { timestamp: form.get('timestamp') ?? undefined, token: form.get('token') ?? undefined, signature: form.get('signature') ?? undefined }, json: undefined, form };
+  return {
+    sig: { timestamp: form.get('timestamp') ?? undefined, token: form.get('token') ?? undefined, signature: form.get('signature') ?? undefined },
+    json: undefined,
+    form,
+  };
 }
 
 /**
@@ -42,7 +50,8 @@ export const mailgun: Provider = {
 
   verify(d, source) {
     const { sig } = readSignature(d);
-    if (sig.token === undefined || sig.signature === undefined) throw verificationError('body has no Mailgun signature (signature.timestamp, token, signature)');
+    if (sig.token === undefined || sig.signature === undefined)
+      throw verificationError('body has no Mailgun signature (signature.timestamp, token, signature)');
     const ts = parseUnixSeconds(sig.timestamp, 'signature.timestamp');
     const presented = [decodeSignature(sig.signature, 'hex')];
     const token = sig.token;
@@ -58,7 +67,11 @@ export const mailgun: Provider = {
       const id = stringAt(json, ['event-data', 'id']);
       if (id === undefined) throw payloadError('body has no "event-data.id"');
       // Each attempt is signed afresh: the signature block is not part of the event's content.
-      return { deliveryId: id, eventType: stringAt(json, ['event-data', 'event']) ?? 'unknown', contentHash: jsonContentHash(json as Record<string, unknown>, ['signature']) };
+      return {
+        deliveryId: id,
+        eventType: stringAt(json, ['event-data', 'event']) ?? 'unknown',
+        contentHash: jsonContentHash(json as Record<string, unknown>, ['signature']),
+      };
     }
     // Form posts: a route forwarding a stored message (keyed by its Message-Id), or a legacy event.
     const event = form?.get('event') ?? undefined;
@@ -101,8 +114,20 @@ export const mailgun: Provider = {
           recipient: 'alice@example.com',
           'recipient-domain': 'example.com',
           envelope: { transport: 'smtp', sender: 'bob@mg.example.com', 'sending-ip': '209.61.154.250', targets: 'alice@example.com' },
-          message: { headers: { to: 'Alice <alice@example.com>', 'message-id': `${id}@mg.example.com`, from: 'Bob <bob@mg.example.com>', subject: 'Your licence key' }, attachments: [], size: 111 },
-          'delivery-status': { tls: true, 'mx-host': 'smtp-in.example.com', code: 250, description: '', 'attempt-no': 1, message: 'OK', 'certificate-verified': true },
+          message: {
+            headers: { to: 'Alice <alice@example.com>', 'message-id': `${id}@mg.example.com`, from: 'Bob <bob@mg.example.com>', subject: 'Your licence key' },
+            attachments: [],
+            size: 111,
+          },
+          'delivery-status': {
+            tls: true,
+            'mx-host': 'smtp-in.example.com',
+            code: 250,
+            description: '',
+            'attempt-no': 1,
+            message: 'OK',
+            'certificate-verified': true,
+          },
           flags: { 'is-routed': false, 'is-authenticated': true, 'is-system-test': false, 'is-test-mode': false },
           tags: [],
           'user-variables': {},

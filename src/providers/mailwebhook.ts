@@ -2,7 +2,19 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { verificationError } from '../errors.js';
 import type { Secret } from '../config/secret.js';
 import type { Provider, ResolvedSource } from './types.js';
-import { anyMatches, bodyHashId, checkTolerance, decodeSignature, header, hmac, jsonBody, parseUnixSeconds, requireHeader, sha256Hex, stringAt } from './util.js';
+import {
+  anyMatches,
+  bodyHashId,
+  checkTolerance,
+  decodeSignature,
+  header,
+  hmac,
+  jsonBody,
+  parseUnixSeconds,
+  requireHeader,
+  sha256Hex,
+  stringAt,
+} from './util.js';
 
 /** The secrets that may have signed for `kid`: its own key, else the plain secret(s), which serve every kid. */
 function secretsFor(kid: string | undefined, source: ResolvedSource): readonly Secret[] {

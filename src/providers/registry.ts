@@ -16,7 +16,10 @@ import { twilio } from './twilio.js';
 
 /** Every provider by its `provider` config value. Add a sender here and in its own file. */
 export const providers: ReadonlyMap<string, Provider> = new Map(
-  [stripe, github, standardWebhooks, shopify, gitlab, slack, paddle, lemonsqueezy, mailgun, twilio, asaas, mailwebhook, hmacSha256, none].map((p) => [p.name, p]),
+  [stripe, github, standardWebhooks, shopify, gitlab, slack, paddle, lemonsqueezy, mailgun, twilio, asaas, mailwebhook, hmacSha256, none].map((p) => [
+    p.name,
+    p,
+  ]),
 );
 
 export function providerNames(): string[] {

@@ -86,6 +86,8 @@ export const standardWebhooks: Provider = {
   },
 
   sample() {
-    return Buffer.from(JSON.stringify({ type: 'subscription.created', timestamp: new Date().toISOString(), data: { id: `sub_${randomBytes(6).toString('hex')}` } }));
+    return Buffer.from(
+      JSON.stringify({ type: 'subscription.created', timestamp: new Date().toISOString(), data: { id: `sub_${randomBytes(6).toString('hex')}` } }),
+    );
   },
 };

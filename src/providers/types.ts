@@ -62,7 +62,19 @@ export interface Handshake {
  * `timestampHeader` on a provider that never checks one would promise a freshness check
  * that does not happen).
  */
-export const PROVIDER_FIELDS = ['keys', 'toleranceSeconds', 'header', 'prefix', 'encoding', 'timestampHeader', 'signedPayload', 'deliveryId', 'eventType', 'secretEncoding', 'publicUrl'] as const;
+export const PROVIDER_FIELDS = [
+  'keys',
+  'toleranceSeconds',
+  'header',
+  'prefix',
+  'encoding',
+  'timestampHeader',
+  'signedPayload',
+  'deliveryId',
+  'eventType',
+  'secretEncoding',
+  'publicUrl',
+] as const;
 export type ProviderField = (typeof PROVIDER_FIELDS)[number];
 
 export interface Provider {

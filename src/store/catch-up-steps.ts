@@ -51,7 +51,17 @@ export function* beginCatchUp(d: Dialect, source: string, now: number): Steps<Ca
 
 export function* recordCatchUp(d: Dialect, source: string, run: CatchUpRunRecord): Steps<void> {
   const partial = run.partial == null ? null : JSON.stringify(run.partial);
-  yield* changes(statements(d).record, [run.at, run.error, JSON.stringify(run.counts), run.error, run.at, run.resumeAt ?? null, run.partial === undefined ? 0 : 1, partial, source]);
+  yield* changes(statements(d).record, [
+    run.at,
+    run.error,
+    JSON.stringify(run.counts),
+    run.error,
+    run.at,
+    run.resumeAt ?? null,
+    run.partial === undefined ? 0 : 1,
+    partial,
+    source,
+  ]);
 }
 
 /** Catch-up's operations both stores run alike: all but storeFetched. */

@@ -121,7 +121,18 @@ export function* lockEffectKey(d: Dialect, start: EffectStart, waitMs: number): 
 type NewAttempt = Omit<AttemptRow, 'id' | 'error' | 'output' | 'forced'> & Partial<Pick<AttemptRow, 'error' | 'output' | 'forced'>> & { eventId: number };
 
 function* insertAttempt(d: Dialect, a: NewAttempt): Steps<number> {
-  const params = [a.eventId, a.attempt, a.route, a.effectKey, a.startedAt, a.finishedAt, a.outcome, a.error ?? null, a.output ?? null, a.forced === true ? 1 : 0];
+  const params = [
+    a.eventId,
+    a.attempt,
+    a.route,
+    a.effectKey,
+    a.startedAt,
+    a.finishedAt,
+    a.outcome,
+    a.error ?? null,
+    a.output ?? null,
+    a.forced === true ? 1 : 0,
+  ];
   return (yield* first<{ id: number }>(statements(d).insertAttempt, params))!.id;
 }
 
@@ -132,7 +143,11 @@ function* recordNonRun(d: Dialect, lease: Lease, attempt: number, start: EffectS
   const base = { eventId: lease.eventId, attempt, route: start.route, effectKey: start.effectKey, startedAt: now, finishedAt: now };
   if (decision === 'stale') {
     const applied = row.version ?? '';
-    const attemptId = yield* insertAttempt(d, { ...base, outcome: 'stale', error: `version ${start.version ?? ''} is older than the applied version ${applied}` });
+    const attemptId = yield* insertAttempt(d, {
+      ...base,
+      outcome: 'stale',
+      error: `version ${start.version ?? ''} is older than the applied version ${applied}`,
+    });
     return { action: 'stale', attemptId, appliedVersion: applied };
   }
   if (decision === 'busy') {
@@ -174,7 +189,16 @@ export function* beginEffect(d: Dialect, lease: Lease, attempt: number, start: E
   const wasDone = row?.status === 'done';
   const forced = forcedRun(row, start);
   yield* changes(statements(d).markRunning, [start.effectKey, start.route, start.businessKey, lease.eventId, start.runToken, now, forced ? 1 : 0]);
-  const attemptId = yield* insertAttempt(d, { eventId: lease.eventId, attempt, route: start.route, effectKey: start.effectKey, startedAt: now, finishedAt: null, outcome: 'running', forced });
+  const attemptId = yield* insertAttempt(d, {
+    eventId: lease.eventId,
+    attempt,
+    route: start.route,
+    effectKey: start.effectKey,
+    startedAt: now,
+    finishedAt: null,
+    outcome: 'running',
+    forced,
+  });
   return { action: 'run', attemptId, runs: (row?.runs ?? 0) + 1, wasDone };
 }
 
@@ -239,10 +263,26 @@ export function* moduleDone(d: Dialect, m: ModuleRun, completeOnOk: boolean): St
   const { lease, start, row } = m;
   const forced = forcedRun(row, start);
   yield* changes(statements(d).markDoneTx, [
-    start.effectKey, start.route, start.businessKey, lease.eventId, newerVersion(row?.version ?? null, start.version),
-    start.runToken, m.startedAt, m.finishedAt, forced ? 1 : 0,
+    start.effectKey,
+    start.route,
+    start.businessKey,
+    lease.eventId,
+    newerVersion(row?.version ?? null, start.version),
+    start.runToken,
+    m.startedAt,
+    m.finishedAt,
+    forced ? 1 : 0,
   ]);
-  const attemptId = yield* insertAttempt(d, { eventId: lease.eventId, attempt: m.attempt, route: start.route, effectKey: start.effectKey, startedAt: m.startedAt, finishedAt: m.finishedAt, outcome: 'ok', forced });
+  const attemptId = yield* insertAttempt(d, {
+    eventId: lease.eventId,
+    attempt: m.attempt,
+    route: start.route,
+    effectKey: start.effectKey,
+    startedAt: m.startedAt,
+    finishedAt: m.finishedAt,
+    outcome: 'ok',
+    forced,
+  });
   const completed = completeOnOk && (yield* completeEvent(d, lease, m.finishedAt));
   return { action: 'ok', attemptId, runs: (row?.runs ?? 0) + 1, completed };
 }
@@ -252,14 +292,30 @@ export function* moduleFailed(d: Dialect, m: ModuleRun, error: string): Steps<Ex
   const { lease, start, row } = m;
   yield* changes(statements(d).markFailedTx, [start.effectKey, start.route, start.businessKey, lease.eventId, m.startedAt, m.finishedAt, error]);
   const attemptId = yield* insertAttempt(d, {
-    eventId: lease.eventId, attempt: m.attempt, route: start.route, effectKey: start.effectKey, startedAt: m.startedAt, finishedAt: m.finishedAt,
-    outcome: 'failed', error, forced: forcedRun(row, start),
+    eventId: lease.eventId,
+    attempt: m.attempt,
+    route: start.route,
+    effectKey: start.effectKey,
+    startedAt: m.startedAt,
+    finishedAt: m.finishedAt,
+    outcome: 'failed',
+    error,
+    forced: forcedRun(row, start),
   });
   return { action: 'failed', attemptId, runs: row?.runs ?? 0, error };
 }
 
 export function* recordAttempt(d: Dialect, r: AttemptRecord): Steps<void> {
-  yield* insertAttempt(d, { eventId: r.eventId, attempt: r.attempt, route: r.route, effectKey: r.effectKey ?? null, startedAt: r.startedAt, finishedAt: r.finishedAt, outcome: r.outcome, error: r.error });
+  yield* insertAttempt(d, {
+    eventId: r.eventId,
+    attempt: r.attempt,
+    route: r.route,
+    effectKey: r.effectKey ?? null,
+    startedAt: r.startedAt,
+    finishedAt: r.finishedAt,
+    outcome: r.outcome,
+    error: r.error,
+  });
 }
 
 export function* completeEvent(d: Dialect, lease: Lease, now: number): Steps<boolean> {

@@ -14,9 +14,13 @@ export async function openStore(database: string, options: OpenStoreOptions): Pr
     const { PostgresStore } = await import('./postgres/index.js');
     return PostgresStore.open(database, options);
   }
-  if (options.drainOnly === true) return new SqliteStore(database, { busyTimeoutMs: options.busyTimeoutMs, blockingBusyMs: 5, explicitSync: true, ingestWaiting: options.ingestWaiting });
+  if (options.drainOnly === true)
+    return new SqliteStore(database, { busyTimeoutMs: options.busyTimeoutMs, blockingBusyMs: 5, explicitSync: true, ingestWaiting: options.ingestWaiting });
   if (options.server === true) assertWritableFiles(database);
-  const store = new SqliteStore(database, { busyTimeoutMs: options.busyTimeoutMs, ...(options.server === true ? { blockingBusyMs: 5, ingestThread: true, explicitSync: true } : {}) });
+  const store = new SqliteStore(database, {
+    busyTimeoutMs: options.busyTimeoutMs,
+    ...(options.server === true ? { blockingBusyMs: 5, ingestThread: true, explicitSync: true } : {}),
+  });
   try {
     await store.ready();
     if (options.server === true) assertWritable(store.db, database);

@@ -172,7 +172,12 @@ export function* replayEvents(d: Dialect, eventIds: readonly number[], options: 
 
 export function* replayDead(d: Dialect, options: ReplayOptions): Steps<ReplayResult> {
   const found = yield* rows<ReplayDbRow>(statements(d).deadRows);
-  return yield* applyReplay(d, found.map((r) => r.id), found, options);
+  return yield* applyReplay(
+    d,
+    found.map((r) => r.id),
+    found,
+    options,
+  );
 }
 
 /** `events list` and the admin list: newest first, every filter given ANDed, keyset by id. */
@@ -269,7 +274,16 @@ export interface StepRunner {
 /** The operator operations both stores run alike; purge batches and queue gauges are each store's own. */
 export type SharedOps = Pick<
   OpsStore,
-  'countPurgeable' | 'countBodiesDroppable' | 'findEventId' | 'replayEvents' | 'replayDead' | 'listEvents' | 'deliveriesPerHour' | 'effectFailuresByRoute' | 'getEvent' | 'stats'
+  | 'countPurgeable'
+  | 'countBodiesDroppable'
+  | 'findEventId'
+  | 'replayEvents'
+  | 'replayDead'
+  | 'listEvents'
+  | 'deliveriesPerHour'
+  | 'effectFailuresByRoute'
+  | 'getEvent'
+  | 'stats'
 >;
 
 export function sharedOps(d: Dialect, run: StepRunner): SharedOps {

@@ -219,4 +219,8 @@ export interface RouteFailuresDbRow {
   last_failed_at: number | string;
 }
 
-export const toRouteFailures = (r: RouteFailuresDbRow): RouteFailures => ({ route: r.route, failures: Number(r.failures), lastFailedAt: Number(r.last_failed_at) });
+export const toRouteFailures = (r: RouteFailuresDbRow): RouteFailures => ({
+  route: r.route,
+  failures: Number(r.failures),
+  lastFailedAt: Number(r.last_failed_at),
+});

@@ -80,7 +80,7 @@ describe('admin HTTP', () => {
       const wrong = await api(path, { method, headers: { authorization: `Bearer ${TOKEN}x` } });
       expect(wrong.status).toBe(401);
       // Nothing was replayed by the refused POSTs.
-      expect((await api(`/events/${ids.dead}`, { headers: bearer }).then((r) => r.json()) as { status: string }).status).toBe('dead');
+      expect(((await api(`/events/${ids.dead}`, { headers: bearer }).then((r) => r.json())) as { status: string }).status).toBe('dead');
     });
   });
 
@@ -143,21 +143,34 @@ describe('admin HTTP', () => {
   it('POST /events/:id/replay is `replay --json`: refused while processing (409), unknown (404), force from the body', async () => {
     const live = await api(`/events/${ids.processing}/replay`, { method: 'POST', headers: bearer });
     expect(live.status).toBe(409);
-    expect(await live.json()).toEqual({ replayed: [], refused: [{ id: ids.processing, reason: 'processing', leaseOwner: 'drain-1', leaseExpiresAt: new Date(NOW + 60_000).toISOString() }] });
+    expect(await live.json()).toEqual({
+      replayed: [],
+      refused: [{ id: ids.processing, reason: 'processing', leaseOwner: 'drain-1', leaseExpiresAt: new Date(NOW + 60_000).toISOString() }],
+    });
     expect((await api('/events/999999/replay', { method: 'POST', headers: bearer })).status).toBe(404);
-    const bad = await api(`/events/${ids.done}/replay`, { method: 'POST', headers: { ...bearer, 'content-type': 'application/json' }, body: '{"force":"yes"}' });
+    const bad = await api(`/events/${ids.done}/replay`, {
+      method: 'POST',
+      headers: { ...bearer, 'content-type': 'application/json' },
+      body: '{"force":"yes"}',
+    });
     expect(bad.status).toBe(400);
 
     const ok = await api(`/events/${ids.done}/replay`, { method: 'POST', headers: { ...bearer, 'content-type': 'application/json' }, body: '{"force":true}' });
     expect(ok.status).toBe(200);
-    expect(await ok.json()).toEqual({ replayed: [{ id: ids.done, source: 'stripe', deliveryId: 'evt_done_1', previousStatus: 'done', force: true }], refused: [] });
+    expect(await ok.json()).toEqual({
+      replayed: [{ id: ids.done, source: 'stripe', deliveryId: 'evt_done_1', previousStatus: 'done', force: true }],
+      refused: [],
+    });
     expect(await (await api(`/events/${ids.done}`, { headers: bearer })).json()).toMatchObject({ status: 'pending', forceEffects: true });
   });
 
   it('POST /replay-dead replays every dead event', async () => {
     const res = await api('/replay-dead', { method: 'POST', headers: bearer });
     expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({ replayed: [{ id: ids.dead, source: 'stripe', deliveryId: 'evt_dead_1', previousStatus: 'dead', force: false }], refused: [] });
+    expect(await res.json()).toEqual({
+      replayed: [{ id: ids.dead, source: 'stripe', deliveryId: 'evt_dead_1', previousStatus: 'dead', force: false }],
+      refused: [],
+    });
     expect(await (await api('/replay-dead', { method: 'POST', headers: bearer })).json()).toEqual({ replayed: [], refused: [] });
   });
 
@@ -228,20 +241,39 @@ describe('admin HTTP', () => {
 
     it('after a login the browser goes back where it was going, within /admin only', async () => {
       const after = async (next: string) => {
-        const res = await fetch(`${app.url}/admin/login`, { method: 'POST', redirect: 'manual', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams({ token: TOKEN, next }).toString() });
+        const res = await fetch(`${app.url}/admin/login`, {
+          method: 'POST',
+          redirect: 'manual',
+          headers: { 'content-type': 'application/x-www-form-urlencoded' },
+          body: new URLSearchParams({ token: TOKEN, next }).toString(),
+        });
         return res.headers.get('location');
       };
       expect(await after('/admin/events?status=dead')).toBe('/admin/events?status=dead');
-      for (const elsewhere of ['https://evil.example/admin', '//evil.example/admin', '/admin//evil.example', '/admin/\\evil.example', '/admin/x\r\nset-cookie: a=b', '/webhooks/x']) {
+      for (const elsewhere of [
+        'https://evil.example/admin',
+        '//evil.example/admin',
+        '/admin//evil.example',
+        '/admin/\\evil.example',
+        '/admin/x\r\nset-cookie: a=b',
+        '/webhooks/x',
+      ]) {
         expect(await after(elsewhere)).toBe('/admin/');
       }
     });
 
     it('reads no admin request body over 16 KiB, not even a login form', async () => {
       const big = `token=${'x'.repeat(20_000)}`;
-      expect((await fetch(`${app.url}/admin/login`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: big })).status).toBe(413);
+      expect(
+        (await fetch(`${app.url}/admin/login`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: big })).status,
+      ).toBe(413);
       const chunked = new ReadableStream({ start: (c) => (c.enqueue(new TextEncoder().encode(big)), c.close()) });
-      const res = await fetch(`${app.url}/admin/login`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: chunked, duplex: 'half' } as RequestInit);
+      const res = await fetch(`${app.url}/admin/login`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: chunked,
+        duplex: 'half',
+      } as RequestInit);
       expect(res.status).toBe(413);
     });
 
@@ -368,7 +400,11 @@ describe('failed logins', () => {
     try {
       for (let i = 0; i < 3; i++) expect((await login(app.url, 'wrong')).status).toBe(401);
       // Now even the right token waits (1 s): it is not checked, so guessing gains nothing.
-      const held = await fetch(`${app.url}/admin/login`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `token=${TOKEN}` });
+      const held = await fetch(`${app.url}/admin/login`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: `token=${TOKEN}`,
+      });
       expect(held.status).toBe(429);
       expect(held.headers.get('retry-after')).toBe('1');
       expect((await fetch(`${app.url}/admin/api/stats`, { headers: bearer })).status).toBe(429);

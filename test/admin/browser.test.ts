@@ -40,8 +40,12 @@ describe.skipIf(!available)('admin pages in a browser', () => {
       startServe(config, { env: { RECEIVER_ADMIN_TOKEN: TOKEN } }),
       chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-dev-shm-usage'] }),
     ]);
-    const deliver = async (body: object, headers: Record<string, string> = {}) => expect((await post(`${serve.url}/webhooks/shop`, JSON.stringify(body), headers)).status).toBe(202);
-    await deliver({ id: 'evt_paid_1402', type: 'order.paid', customer: 'ada@example.com', amount: 1200 }, { 'stripe-signature': 't=1,v1=a-real-looking-signature' });
+    const deliver = async (body: object, headers: Record<string, string> = {}) =>
+      expect((await post(`${serve.url}/webhooks/shop`, JSON.stringify(body), headers)).status).toBe(202);
+    await deliver(
+      { id: 'evt_paid_1402', type: 'order.paid', customer: 'ada@example.com', amount: 1200 },
+      { 'stripe-signature': 't=1,v1=a-real-looking-signature' },
+    );
     await deliver({ id: 'evt_xss', type: 'order.paid', note: '<script>window.__pwned = 1</script>' });
     // Both fail their one attempt and are dead.
     const deadline = Date.now() + 10_000;

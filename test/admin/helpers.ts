@@ -27,9 +27,21 @@ export function seed(dir: string, now: number): Seeded {
   insertAttempt(db, done, { startedAt: now - 5 * HOUR + 1000, output: 'licence sent\n' });
   insertEffect(db, { effectKey: `licence:${done}`, eventId: done, at: now - 5 * HOUR + 1000 });
   insertConflict(db, done, now - 4 * HOUR);
-  const dead = insertEvent(db, { deliveryId: 'evt_dead_1', status: 'dead', receivedAt: now - 3 * HOUR, lastError: 'smtp: connection refused (gave up after 3 attempts)' });
+  const dead = insertEvent(db, {
+    deliveryId: 'evt_dead_1',
+    status: 'dead',
+    receivedAt: now - 3 * HOUR,
+    lastError: 'smtp: connection refused (gave up after 3 attempts)',
+  });
   insertAttempt(db, dead, { startedAt: now - 3 * HOUR + 1000, outcome: 'failed', error: 'smtp: connection refused', route: 'mail', effectKey: 'mail:x' });
-  const processing = insertEvent(db, { deliveryId: 'evt_live', source: 'github', status: 'processing', receivedAt: now - 2 * HOUR, leaseOwner: 'drain-1', leaseExpiresAt: now + 60_000 });
+  const processing = insertEvent(db, {
+    deliveryId: 'evt_live',
+    source: 'github',
+    status: 'processing',
+    receivedAt: now - 2 * HOUR,
+    leaseOwner: 'drain-1',
+    leaseExpiresAt: now + 60_000,
+  });
   const xss = insertEvent(db, {
     deliveryId: 'evt_<b>bold</b>',
     eventType: '<img src=x onerror=alert(1)>',
@@ -44,7 +56,9 @@ export function seed(dir: string, now: number): Seeded {
 }
 
 export function adminConfig(dir: string, extra: Record<string, unknown> = {}): Config {
-  return makeConfig({ sources: { stripe: { provider: 'none', deliveryId: '{body.id}' } }, admin: { token: 'env:RECEIVER_ADMIN_TOKEN' }, ...extra }, dir, { RECEIVER_ADMIN_TOKEN: TOKEN });
+  return makeConfig({ sources: { stripe: { provider: 'none', deliveryId: '{body.id}' } }, admin: { token: 'env:RECEIVER_ADMIN_TOKEN' }, ...extra }, dir, {
+    RECEIVER_ADMIN_TOKEN: TOKEN,
+  });
 }
 
 export function startAdmin(config: Config, options: Partial<Omit<AdminOptions, 'store' | 'config' | 'token'>> = {}): Promise<RunningApp> {
@@ -52,7 +66,11 @@ export function startAdmin(config: Config, options: Partial<Omit<AdminOptions, '
 }
 
 /** Logs in with the form and returns the session cookie (name=value). */
-export async function login(url: string, token = TOKEN, headers: Record<string, string> = {}): Promise<{ status: number; cookie: string | undefined; setCookie: string | undefined; location: string | null }> {
+export async function login(
+  url: string,
+  token = TOKEN,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; cookie: string | undefined; setCookie: string | undefined; location: string | null }> {
   const res = await fetch(`${url}/admin/login`, {
     method: 'POST',
     redirect: 'manual',

@@ -38,13 +38,22 @@ function effectRoutes(dir: string): unknown[] {
   );
   return [
     { name: 'mod', source: 'shop', events: ['*'], key: '{body.id}', effect: { module: './record.mjs' } },
-    { name: 'sh', source: 'shop', events: ['*'], key: '{body.id}', effect: { exec: ['/bin/sh', '-c', `echo "$RECEIVER_EFFECT_KEY" >> ${join(dir, 'exec.log')}`] } },
+    {
+      name: 'sh',
+      source: 'shop',
+      events: ['*'],
+      key: '{body.id}',
+      effect: { exec: ['/bin/sh', '-c', `echo "$RECEIVER_EFFECT_KEY" >> ${join(dir, 'exec.log')}`] },
+    },
   ];
 }
 
 /** module.log has `lines` lines, every one written from the same worker thread (the drain's), none from the main thread. */
 function expectDrainThread(log: string, lines: number): void {
-  const threads = log.split('\n').filter((l) => l !== '').map((l) => l.slice(l.indexOf(' ') + 1));
+  const threads = log
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => l.slice(l.indexOf(' ') + 1));
   expect(threads).toHaveLength(lines);
   expect(threads[0]).toMatch(/^worker [1-9][0-9]*$/);
   expect(new Set(threads).size).toBe(1);
@@ -58,11 +67,24 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
   const setup = (extra: Record<string, unknown> = {}) => {
     const dir = join(tmp.dir, String(++k));
     mkdirSync(dir);
-    const source = { provider: 'hmac-sha256', header: 'X-Signature', prefix: 'sha256=', secret: 'env:BIN_SHOP_SECRET', deliveryId: '{body.id}', eventType: '{body.type}' };
+    const source = {
+      provider: 'hmac-sha256',
+      header: 'X-Signature',
+      prefix: 'sha256=',
+      secret: 'env:BIN_SHOP_SECRET',
+      deliveryId: '{body.id}',
+      eventType: '{body.type}',
+    };
     const json = { sources: { shop: source }, ...extra };
     // stats refuses a missing database: made here, by node_modules' own better-sqlite3.
     if (!('database' in extra)) openSqlite(join(dir, 'receiver.db'), { busyTimeoutMs: 0 }).close();
-    return { dir, json, file: writeConfig(dir, json), cache: join(dir, 'cache'), env: { BIN_SHOP_SECRET: 'shop-secret-9f2', XDG_CACHE_HOME: join(dir, 'cache') } };
+    return {
+      dir,
+      json,
+      file: writeConfig(dir, json),
+      cache: join(dir, 'cache'),
+      env: { BIN_SHOP_SECRET: 'shop-secret-9f2', XDG_CACHE_HOME: join(dir, 'cache') },
+    };
   };
 
   it('runs with no node on PATH, from a directory with no node_modules above it', async () => {
@@ -120,7 +142,11 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
     expect(serve.output().stderr).toContain('"msg":"stopped"');
     expect(serve.output().stderr).toContain('"msg":"drain started"');
     // Every stderr line is a JSON log line (no runtime warning slipped in).
-    for (const line of serve.output().stderr.split('\n').filter((l) => l !== '')) expect(() => JSON.parse(line)).not.toThrow();
+    for (const line of serve
+      .output()
+      .stderr.split('\n')
+      .filter((l) => l !== ''))
+      expect(() => JSON.parse(line)).not.toThrow();
   });
 
   it('a module effect that cannot be loaded, or throws, fails with a short error naming its file, never the bundle', async () => {
@@ -135,8 +161,11 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
     let log: { route: string; error: string | null }[] = [];
     try {
       expect((await runCli(['send-test', 'shop', '-c', file, '--url', serve.url], { env: s.env })).code).toBe(0);
-      const show = async () => JSON.parse((await runCli(['events', 'show', '1', '-c', file, '--json'], { env: s.env })).stdout) as { attemptLog: { route: string; error: string | null }[] };
-      for (const until = Date.now() + 10_000; !['gone', 'boom'].every((r) => log.some((a) => a.route === r)); ) {
+      const show = async () =>
+        JSON.parse((await runCli(['events', 'show', '1', '-c', file, '--json'], { env: s.env })).stdout) as {
+          attemptLog: { route: string; error: string | null }[];
+        };
+      for (const until = Date.now() + 10_000; !['gone', 'boom'].every((r) => log.some((a) => a.route === r));) {
         if (Date.now() > until) throw new Error(`no failed attempt of each route within 10 s: ${JSON.stringify(log)}`);
         await new Promise((r) => setTimeout(r, 100));
         log = (await show()).attemptLog;
@@ -172,7 +201,12 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
       expect(api.status).toBe(200);
       const [event] = (await api.json()) as { id: number }[];
       expect(event).toBeDefined();
-      const session = await fetch(`${serve.url}/admin/login`, { method: 'POST', redirect: 'manual', headers: { origin: serve.url }, body: new URLSearchParams({ token, next: '/admin' }) });
+      const session = await fetch(`${serve.url}/admin/login`, {
+        method: 'POST',
+        redirect: 'manual',
+        headers: { origin: serve.url },
+        body: new URLSearchParams({ token, next: '/admin' }),
+      });
       expect(session.status).toBe(303);
       const cookie = session.headers.getSetCookie()[0]!.split(';')[0]!;
       // The pages are Hono JSX (the overview with its chart, one event): rendered by the bundle.

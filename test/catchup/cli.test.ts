@@ -16,7 +16,9 @@ describe('receiver catch-up on a terminal and in a pipe', () => {
   beforeEach(async () => {
     tmp = tempDir('receiver-catchup-cli-');
     stripe = await new FakeStripe().start();
-    file = writeConfig(tmp.dir, { sources: { shop: { provider: 'stripe', secret: STRIPE_WHSEC, catchUp: { apiKey: 'env:STRIPE_API_KEY', apiBase: stripe.base } } } });
+    file = writeConfig(tmp.dir, {
+      sources: { shop: { provider: 'stripe', secret: STRIPE_WHSEC, catchUp: { apiKey: 'env:STRIPE_API_KEY', apiBase: stripe.base } } },
+    });
     // The database serve created (operator commands never create one).
     openSqlite(join(tmp.dir, 'receiver.db'), { busyTimeoutMs: 1000 }).close();
   });
@@ -50,7 +52,10 @@ describe('receiver catch-up on a terminal and in a pipe', () => {
     await stripe.create();
     // Async: the fake API answers from this process while the command runs.
     const r = await new Promise<{ status: number | null; stdout: string }>((resolve) => {
-      const child = spawn(SCRIPT, ['-qec', `${process.execPath} ${BIN} catch-up --since 1h -c ${file}`, '/dev/null'], { env: { ...process.env, STRIPE_API_KEY: STRIPE_KEY }, stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn(SCRIPT, ['-qec', `${process.execPath} ${BIN} catch-up --since 1h -c ${file}`, '/dev/null'], {
+        env: { ...process.env, STRIPE_API_KEY: STRIPE_KEY },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       let stdout = '';
       child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
       child.on('close', (status) => resolve({ status, stdout }));

@@ -18,7 +18,12 @@ export interface Fault {
 interface Route {
   method: string;
   path: RegExp;
-  handle: (req: IncomingMessage, url: URL, m: RegExpExecArray, body: string) => { status: number; json?: unknown; headers?: Record<string, string> } | Promise<{ status: number; json?: unknown; headers?: Record<string, string> }>;
+  handle: (
+    req: IncomingMessage,
+    url: URL,
+    m: RegExpExecArray,
+    body: string,
+  ) => { status: number; json?: unknown; headers?: Record<string, string> } | Promise<{ status: number; json?: unknown; headers?: Record<string, string> }>;
 }
 
 export class FakeApi {
@@ -59,7 +64,12 @@ export class FakeApi {
     const url = new URL(req.url ?? '/', this.base);
     let body = '';
     for await (const chunk of req) body += String(chunk);
-    this.requests.push({ method: req.method ?? '', path: url.pathname, query: url.search, auth: req.headers.authorization ?? (req.headers['private-token'] as string | undefined) });
+    this.requests.push({
+      method: req.method ?? '',
+      path: url.pathname,
+      query: url.search,
+      auth: req.headers.authorization ?? (req.headers['private-token'] as string | undefined),
+    });
     const send = (status: number, json: unknown, headers: Record<string, string> = {}) => {
       res.writeHead(status, { 'content-type': 'application/json', ...headers });
       res.end(json === undefined ? '' : JSON.stringify(json));
@@ -157,7 +167,11 @@ export class FakeStripe extends FakeApi {
    * and the object rendered for the endpoint's own (older) API version: not the API's bytes.
    */
   webhook(event: StripeEvent) {
-    const body = JSON.stringify({ ...event, api_version: '2024-06-20', pending_webhooks: 0, data: { object: { ...event.data.object, rendered_for: '2024-06-20' } } }, null, 2);
+    const body = JSON.stringify(
+      { ...event, api_version: '2024-06-20', pending_webhooks: 0, data: { object: { ...event.data.object, rendered_for: '2024-06-20' } } },
+      null,
+      2,
+    );
     const t = Math.floor(Date.now() / 1000);
     const sig = createHmac('sha256', STRIPE_WHSEC).update(`${t}.${body}`).digest('hex');
     return this.deliver(body, { 'stripe-signature': `t=${t},v1=${sig}` });
@@ -199,7 +213,8 @@ export class FakeGithub extends FakeApi {
       const start = cursor === null ? 0 : list.findIndex((d) => String(d.id) === cursor);
       const page = list.slice(start, start + per);
       const next = list[start + per];
-      const headers: Record<string, string> = next === undefined ? {} : { link: `<${this.base}/repos/shop/site/hooks/42/deliveries?per_page=${per}&cursor=${next.id}>; rel="next"` };
+      const headers: Record<string, string> =
+        next === undefined ? {} : { link: `<${this.base}/repos/shop/site/hooks/42/deliveries?per_page=${per}&cursor=${next.id}>; rel="next"` };
       return { status: 200, json: page.map(({ payload: _p, ...d }) => d), headers };
     });
     this.route('POST', /^\/repos\/shop\/site\/hooks\/42\/deliveries\/(\d+)\/attempts$/, (_req, _url, m) => {
@@ -218,7 +233,12 @@ export class FakeGithub extends FakeApi {
 
   async #attempt(guid: string, event: string, payload: string, redelivery: boolean): Promise<GithubDelivery> {
     const sig = createHmac('sha256', GITHUB_SECRET).update(payload).digest('hex');
-    const { ok, status } = await this.deliver(payload, { 'x-hub-signature-256': `sha256=${sig}`, 'x-github-delivery': guid, 'x-github-event': event, 'x-github-hook-id': '42' });
+    const { ok, status } = await this.deliver(payload, {
+      'x-hub-signature-256': `sha256=${sig}`,
+      'x-github-delivery': guid,
+      'x-github-event': event,
+      'x-github-hook-id': '42',
+    });
     const d: GithubDelivery = {
       id: ++this.#id,
       guid,
@@ -276,18 +296,29 @@ export class FakePaddle extends FakeApi {
       const after = url.searchParams.get('after');
       let list = [...this.notifications]
         .reverse()
-        .filter((n) => (statuses === undefined || statuses.includes(n.status)) && (setting === null || n.notification_setting_id === setting) && (from === null || n.occurred_at >= from));
+        .filter(
+          (n) =>
+            (statuses === undefined || statuses.includes(n.status)) &&
+            (setting === null || n.notification_setting_id === setting) &&
+            (from === null || n.occurred_at >= from),
+        );
       if (after !== null) list = list.slice(list.findIndex((n) => n.id === after) + 1);
       const page = list.slice(0, per);
       const more = list.length > per;
       const next = `${this.nextBase ?? this.base}/notifications?${new URLSearchParams({ ...Object.fromEntries(url.searchParams), after: page.at(-1)?.id ?? '' }).toString()}`;
-      return { status: 200, json: { data: page, meta: { request_id: randomUUID(), pagination: { per_page: per, next, has_more: more, estimated_total: list.length } } } };
+      return {
+        status: 200,
+        json: { data: page, meta: { request_id: randomUUID(), pagination: { per_page: per, next, has_more: more, estimated_total: list.length } } },
+      };
     });
     this.route('POST', /^\/notifications\/([^/]+)\/replay$/, (_req, _url, m) => {
       const original = this.notifications.find((n) => n.id === m[1]);
       if (original === undefined) return { status: 404, json: { error: { type: 'request_error', code: 'not_found', detail: 'Entity not found' } } };
       if (original.origin !== 'event' || !['delivered', 'failed'].includes(original.status)) {
-        return { status: 400, json: { error: { type: 'request_error', code: 'notification_cannot_replay', detail: `Notification ${original.id} cannot be replayed` } } };
+        return {
+          status: 400,
+          json: { error: { type: 'request_error', code: 'notification_cannot_replay', detail: `Notification ${original.id} cannot be replayed` } },
+        };
       }
       const replay = this.#notification(original.payload.event_id, original.type, original.payload.data, 'replay', original.occurred_at);
       setTimeout(() => void this.#send(replay), 5);
@@ -297,12 +328,26 @@ export class FakePaddle extends FakeApi {
 
   /** A new event for our destination; Paddle gives up (status failed) when the receiver is down. */
   async event(type = 'transaction.completed', setting = NOTIFICATION_SETTING): Promise<PaddleNotification> {
-    const n = this.#notification(`evt_01${randomUUID().replaceAll('-', '').slice(0, 24)}`, type, { id: `txn_${++this.#n}` }, 'event', new Date().toISOString(), setting);
+    const n = this.#notification(
+      `evt_01${randomUUID().replaceAll('-', '').slice(0, 24)}`,
+      type,
+      { id: `txn_${++this.#n}` },
+      'event',
+      new Date().toISOString(),
+      setting,
+    );
     await this.#send(n);
     return n;
   }
 
-  #notification(eventId: string, type: string, data: Record<string, unknown>, origin: 'event' | 'replay', occurredAt: string, setting = NOTIFICATION_SETTING): PaddleNotification {
+  #notification(
+    eventId: string,
+    type: string,
+    data: Record<string, unknown>,
+    origin: 'event' | 'replay',
+    occurredAt: string,
+    setting = NOTIFICATION_SETTING,
+  ): PaddleNotification {
     const id = `ntf_01${randomUUID().replaceAll('-', '').slice(0, 24)}`;
     const n: PaddleNotification = {
       id,
@@ -384,7 +429,18 @@ export class FakeGitlab extends FakeApi {
   /** A new push: delivered to the receiver, logged with what it sent and what came back. */
   async push(after = randomUUID()): Promise<GitlabHookEvent> {
     const key = randomUUID();
-    return this.#send({ 'Content-Type': 'application/json', 'User-Agent': 'GitLab/18.0.0', 'Idempotency-Key': key, 'X-Gitlab-Event': 'Push Hook', 'X-Gitlab-Event-UUID': randomUUID(), 'X-Gitlab-Token': '[REDACTED]' }, { object_kind: 'push', after }, 'push_hooks');
+    return this.#send(
+      {
+        'Content-Type': 'application/json',
+        'User-Agent': 'GitLab/18.0.0',
+        'Idempotency-Key': key,
+        'X-Gitlab-Event': 'Push Hook',
+        'X-Gitlab-Event-UUID': randomUUID(),
+        'X-Gitlab-Token': '[REDACTED]',
+      },
+      { object_kind: 'push', after },
+      'push_hooks',
+    );
   }
 
   async #send(headers: Record<string, string>, data: Record<string, unknown>, trigger: string): Promise<GitlabHookEvent> {

@@ -141,7 +141,9 @@ describe('catch-up: github (redelivery asked through the API)', () => {
     gh.faults.push({ status: 422, body: '{"message":"Validation Failed"}' });
     const r = await run();
     expect(r).toMatchObject({ listed: 1, redeliveryAsked: 0, failed: 1 });
-    expect(r.error).toBe(`sources.gh.catchUp: GitHub: the API answered 422 to POST /${HOOK_PATH}/deliveries/${gh.deliveries[0]!.id}/attempts (Validation Failed)`);
+    expect(r.error).toBe(
+      `sources.gh.catchUp: GitHub: the API answered 422 to POST /${HOOK_PATH}/deliveries/${gh.deliveries[0]!.id}/attempts (Validation Failed)`,
+    );
     const next = await run();
     expect(next).toMatchObject({ error: null, redeliveryAsked: 1 });
     await waitFor(() => (stored().length === 1 ? true : undefined), 'the redelivery');

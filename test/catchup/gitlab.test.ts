@@ -13,7 +13,12 @@ describe('catch-up: gitlab (hook events resent)', () => {
   beforeEach(async () => {
     tmp = tempDir('receiver-catchup-gitlab-');
     gl = await new FakeGitlab().start();
-    h = await catchUpApp(tmp.dir, 'gl', { provider: 'gitlab', secret: GITLAB_SECRET, catchUp: { token: 'env:GITLAB_TOKEN', hook: GITLAB_HOOK, apiBase: `${gl.base}/api/v4`, maxRequests: 200 } }, { GITLAB_TOKEN });
+    h = await catchUpApp(
+      tmp.dir,
+      'gl',
+      { provider: 'gitlab', secret: GITLAB_SECRET, catchUp: { token: 'env:GITLAB_TOKEN', hook: GITLAB_HOOK, apiBase: `${gl.base}/api/v4`, maxRequests: 200 } },
+      { GITLAB_TOKEN },
+    );
     gl.target = h.url;
   });
   afterEach(async () => {

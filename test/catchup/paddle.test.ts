@@ -13,7 +13,16 @@ describe('catch-up: paddle (failed notifications replayed)', () => {
   beforeEach(async () => {
     tmp = tempDir('receiver-catchup-paddle-');
     paddle = await new FakePaddle().start();
-    h = await catchUpApp(tmp.dir, 'billing', { provider: 'paddle', secret: PADDLE_SECRET, catchUp: { apiKey: 'env:PADDLE_API_KEY', notificationSettingId: NOTIFICATION_SETTING, apiBase: paddle.base } }, { PADDLE_API_KEY: PADDLE_KEY });
+    h = await catchUpApp(
+      tmp.dir,
+      'billing',
+      {
+        provider: 'paddle',
+        secret: PADDLE_SECRET,
+        catchUp: { apiKey: 'env:PADDLE_API_KEY', notificationSettingId: NOTIFICATION_SETTING, apiBase: paddle.base },
+      },
+      { PADDLE_API_KEY: PADDLE_KEY },
+    );
     paddle.target = h.url;
   });
   afterEach(async () => {

@@ -6,7 +6,7 @@ import type { CatchUpResult } from '../../src/catchup/run.js';
 import { makeConfig, startApp, tempDir, waitFor, type RunningApp } from '../helpers.js';
 import { FakeStripe, STRIPE_KEY, STRIPE_WHSEC } from './fakes.js';
 
-describe('catch-up: serve\'s background schedule', () => {
+describe("catch-up: serve's background schedule", () => {
   let tmp: ReturnType<typeof tempDir>;
   let stripe: FakeStripe;
   let app: RunningApp;
@@ -15,7 +15,11 @@ describe('catch-up: serve\'s background schedule', () => {
     tmp = tempDir('receiver-catchup-schedule-');
     stripe = await new FakeStripe().start();
     app = await startApp(
-      makeConfig({ sources: { shop: { provider: 'stripe', secret: STRIPE_WHSEC, catchUp: { apiKey: 'env:K', apiBase: stripe.base, everyMinutes: 0.004 } } } }, tmp.dir, { K: STRIPE_KEY }),
+      makeConfig(
+        { sources: { shop: { provider: 'stripe', secret: STRIPE_WHSEC, catchUp: { apiKey: 'env:K', apiBase: stripe.base, everyMinutes: 0.004 } } } },
+        tmp.dir,
+        { K: STRIPE_KEY },
+      ),
     );
   });
   afterEach(async () => {
@@ -46,7 +50,7 @@ describe('catch-up: serve\'s background schedule', () => {
 });
 
 describe('catch-up: API helpers', () => {
-  it('reads Retry-After in seconds or as a date, GitHub\'s x-ratelimit-reset, else waits a second', () => {
+  it("reads Retry-After in seconds or as a date, GitHub's x-ratelimit-reset, else waits a second", () => {
     const now = Date.UTC(2026, 0, 1, 12, 0, 0);
     expect(retryAfterMs(new Headers({ 'retry-after': '7' }), now)).toBe(7000);
     expect(retryAfterMs(new Headers({ 'retry-after': 'Thu, 01 Jan 2026 12:00:30 GMT' }), now)).toBe(30_000);
@@ -55,7 +59,9 @@ describe('catch-up: API helpers', () => {
   });
 
   it('finds rel="next" among several Link relations', () => {
-    expect(nextLink(new Headers({ link: '<https://api.github.com/x?cursor=a>; rel="prev", <https://api.github.com/x?cursor=b>; rel="next"' }))).toBe('https://api.github.com/x?cursor=b');
+    expect(nextLink(new Headers({ link: '<https://api.github.com/x?cursor=a>; rel="prev", <https://api.github.com/x?cursor=b>; rel="next"' }))).toBe(
+      'https://api.github.com/x?cursor=b',
+    );
     expect(nextLink(new Headers({ link: '<https://gitlab.example/api/v4/x?page=1>; rel="first"' }))).toBeUndefined();
     expect(nextLink(new Headers())).toBeUndefined();
   });

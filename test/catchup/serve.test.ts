@@ -40,7 +40,13 @@ describe('catch-up: serve after downtime, and receiver catch-up', () => {
       },
       drain: { pollMs: 100 },
       routes: [
-        { name: 'fulfil', source: 'shop', events: ['*'], key: '{body.data.object.id}', effect: { exec: ['/bin/sh', '-c', `echo "fulfil $RECEIVER_KEY" >> ${effects}`] } },
+        {
+          name: 'fulfil',
+          source: 'shop',
+          events: ['*'],
+          key: '{body.data.object.id}',
+          effect: { exec: ['/bin/sh', '-c', `echo "fulfil $RECEIVER_KEY" >> ${effects}`] },
+        },
         { name: 'build', source: 'gh', events: ['push'], key: '{body.after}', effect: { exec: ['/bin/sh', '-c', `echo "build $RECEIVER_KEY" >> ${effects}`] } },
       ],
     });
@@ -54,8 +60,18 @@ describe('catch-up: serve after downtime, and receiver catch-up', () => {
     return serve;
   }
 
-  const lines = (file: string) => (existsSync(file) ? readFileSync(file, 'utf8').trim().split('\n').filter((l) => l !== '') : []);
-  const catchUpLines = (s: ServeProcess, source: string) => s.output().stderr.split('\n').filter((l) => l.includes('"msg":"catch-up') && l.includes(`"source":"${source}"`));
+  const lines = (file: string) =>
+    existsSync(file)
+      ? readFileSync(file, 'utf8')
+          .trim()
+          .split('\n')
+          .filter((l) => l !== '')
+      : [];
+  const catchUpLines = (s: ServeProcess, source: string) =>
+    s
+      .output()
+      .stderr.split('\n')
+      .filter((l) => l.includes('"msg":"catch-up') && l.includes(`"source":"${source}"`));
 
   it('recovers what was missed during downtime at start; each effect runs once; again changes nothing; a late webhook is a duplicate; --dry-run changes nothing', async () => {
     const { file, effects, db } = config();
@@ -128,23 +144,51 @@ describe('catch-up: serve after downtime, and receiver catch-up', () => {
     expect(metrics).toMatch(/receiver_catch_up_events_total\{source="gh",outcome="redelivery_asked"\} 2/);
     const stats = await runCli(['stats', '-c', file, '--json']);
     expect(JSON.parse(stats.stdout).catchUp).toEqual([
-      expect.objectContaining({ source: 'gh', configured: true, everyMinutes: 60, lastError: null, lastCounts: { listed: 3, alreadyStored: 3, storedNow: 0, redeliveryAsked: 0, failed: 0 } }),
+      expect.objectContaining({
+        source: 'gh',
+        configured: true,
+        everyMinutes: 60,
+        lastError: null,
+        lastCounts: { listed: 3, alreadyStored: 3, storedNow: 0, redeliveryAsked: 0, failed: 0 },
+      }),
       expect.objectContaining({ source: 'shop', configured: true, everyMinutes: 60, lastError: null }),
     ]);
     const text = await runCli(['stats', '-c', file]);
     expect(text.stdout).toMatch(/catch-up \(from the senders' APIs\):\n {2}gh: every 60 min, last run \S+ ok \(listed 3/);
 
     // The API credentials were sent to the APIs only: never written anywhere.
-    const written = [s.output().stdout, s.output().stderr, again.stdout, again.stderr, dry.stdout, dry.stderr, stats.stdout, text.stdout, readFileSync(db).toString('latin1'), readFileSync(effects, 'utf8')].join('\n');
+    const written = [
+      s.output().stdout,
+      s.output().stderr,
+      again.stdout,
+      again.stderr,
+      dry.stdout,
+      dry.stderr,
+      stats.stdout,
+      text.stdout,
+      readFileSync(db).toString('latin1'),
+      readFileSync(effects, 'utf8'),
+    ].join('\n');
     for (const credential of [STRIPE_KEY, GITHUB_TOKEN]) expect(written).not.toContain(credential);
   });
 
   it('a wrong API token is one error line naming the source, and serve keeps taking deliveries', async () => {
     const { file } = config('literal-wrong-token');
     const s = await start(file);
-    const failed = await waitFor(() => s.output().stderr.split('\n').find((l) => l.includes('"msg":"catch-up failed"')), 'the catch-up error');
+    const failed = await waitFor(
+      () =>
+        s
+          .output()
+          .stderr.split('\n')
+          .find((l) => l.includes('"msg":"catch-up failed"')),
+      'the catch-up error',
+    );
     const line = JSON.parse(failed) as Record<string, unknown>;
-    expect(line).toMatchObject({ level: 'error', source: 'gh', error: 'sources.gh.catchUp.token: GitHub refused the credential (HTTP 401): it is wrong, expired or revoked, or lacks a permission' });
+    expect(line).toMatchObject({
+      level: 'error',
+      source: 'gh',
+      error: 'sources.gh.catchUp.token: GitHub refused the credential (HTTP 401): it is wrong, expired or revoked, or lacks a permission',
+    });
     expect(s.output().stderr).not.toContain('literal-wrong-token');
     expect((await fetch(`${s.url}/healthz`)).status).toBe(200);
     expect((await gh.push()).status_code).toBe(202);

@@ -38,7 +38,16 @@ describe('catch-up: stripe (events stored from the API)', () => {
       ...extra,
     });
 
-  const events = () => db.prepare(`SELECT id, delivery_id, event_type, status, origin, duplicates, body FROM events ORDER BY id`).all() as { id: number; delivery_id: string; event_type: string; status: string; origin: string; duplicates: number; body: Buffer }[];
+  const events = () =>
+    db.prepare(`SELECT id, delivery_id, event_type, status, origin, duplicates, body FROM events ORDER BY id`).all() as {
+      id: number;
+      delivery_id: string;
+      event_type: string;
+      status: string;
+      origin: string;
+      duplicates: number;
+      body: Buffer;
+    }[];
 
   beforeEach(async () => {
     tmp = tempDir('receiver-catchup-stripe-');
@@ -68,10 +77,7 @@ describe('catch-up: stripe (events stored from the API)', () => {
     const r = await run();
     expect(r).toMatchObject({ error: null, listed: 4, alreadyStored: 1, storedNow: 3, redeliveryAsked: 0, failed: 0 });
     const rows = events();
-    expect(rows.map((e) => [e.delivery_id, e.origin])).toEqual([
-      [delivered.id, 'webhook'],
-      ...missed.map((e) => [e.id, 'catch-up']),
-    ]);
+    expect(rows.map((e) => [e.delivery_id, e.origin])).toEqual([[delivered.id, 'webhook'], ...missed.map((e) => [e.id, 'catch-up'])]);
     // As the API returned it; pending for the drain unless no route applies (invoice.paid).
     expect(JSON.parse(rows[1]!.body.toString())).toEqual(stripe.events[1]);
     expect(rows.slice(1).map((e) => e.status)).toEqual(['pending', 'done', 'pending']);

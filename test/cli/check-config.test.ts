@@ -35,7 +35,13 @@ describe('receiver check-config', () => {
         shop: { provider: 'hmac-sha256', header: 'X-Signature', encoding: 'hex', secret: `file:${d}/shop.secret`, deliveryId: '{body.id}' },
       },
       routes: [
-        { name: 'issue-licence', source: 'stripe', events: ['checkout.session.completed'], key: '{body.data.object.id}', effect: { exec: ['/usr/local/bin/issue-licence'], timeoutSeconds: 30 } },
+        {
+          name: 'issue-licence',
+          source: 'stripe',
+          events: ['checkout.session.completed'],
+          key: '{body.data.object.id}',
+          effect: { exec: ['/usr/local/bin/issue-licence'], timeoutSeconds: 30 },
+        },
         {
           name: 'app',
           source: 'shop',
@@ -120,12 +126,32 @@ describe('receiver check-config', () => {
 
   const invalid: [string, (d: string) => Record<string, unknown> | string, NodeJS.ProcessEnv, RegExp][] = [
     ['a missing env secret', (d) => valid(d), { ...env, CC_STRIPE_SECRET: '' }, /sources\.stripe\.secret: environment variable CC_STRIPE_SECRET is not set/],
-    ['an unknown provider', (d) => ({ ...valid(d), sources: { ...valid(d).sources, x: { provider: 'stripee', secret: LITERAL } } }), env, /sources\.x\.provider: unknown provider "stripee"/],
+    [
+      'an unknown provider',
+      (d) => ({ ...valid(d), sources: { ...valid(d).sources, x: { provider: 'stripee', secret: LITERAL } } }),
+      env,
+      /sources\.x\.provider: unknown provider "stripee"/,
+    ],
     ['malformed JSON', () => `{ "sources": { "a": { "provider": "stripe", "secret": "${LITERAL}", } }`, env, /is not valid JSON/],
-    ['an unknown field', (d) => ({ ...valid(d), sources: { ...valid(d).sources, typo: { provider: 'stripe', secrest: LITERAL } } }), env, /sources\.typo\.secrest: unknown field/],
-    ['a verifying provider without a secret', (d) => ({ ...valid(d), sources: { ...valid(d).sources, bare: { provider: 'github' } } }), env, /sources\.bare\.secret: provider "github" needs a secret/],
+    [
+      'an unknown field',
+      (d) => ({ ...valid(d), sources: { ...valid(d).sources, typo: { provider: 'stripe', secrest: LITERAL } } }),
+      env,
+      /sources\.typo\.secrest: unknown field/,
+    ],
+    [
+      'a verifying provider without a secret',
+      (d) => ({ ...valid(d), sources: { ...valid(d).sources, bare: { provider: 'github' } } }),
+      env,
+      /sources\.bare\.secret: provider "github" needs a secret/,
+    ],
     ['a missing metrics token', (d) => valid(d), { ...env, CC_METRICS_TOKEN: '' }, /metrics\.token: environment variable CC_METRICS_TOKEN is not set/],
-    ['a missing secret file', (d) => ({ ...valid(d), sources: { ...valid(d).sources, shop: { provider: 'hmac-sha256', header: 'X-Signature', secret: `file:${d}/nope.secret` } } }), env, /sources\.shop\.secret: cannot read secret file/],
+    [
+      'a missing secret file',
+      (d) => ({ ...valid(d), sources: { ...valid(d).sources, shop: { provider: 'hmac-sha256', header: 'X-Signature', secret: `file:${d}/nope.secret` } } }),
+      env,
+      /sources\.shop\.secret: cannot read secret file/,
+    ],
   ];
 
   for (const [what, make, runEnv, message] of invalid) {

@@ -16,9 +16,30 @@ describe('receiver events', () => {
     config = writeConfig(tmp.dir, { sources: { stripe: { provider: 'stripe', secret: 'whsec_test' } } });
     db = seedDb(join(tmp.dir, 'receiver.db'));
     ids = [
-      insertEvent(db, { deliveryId: 'evt_1', eventType: 'invoice.paid', status: 'done', receivedAt: t0, headers: { 'content-type': 'application/json', 'user-agent': 'Stripe/1.0' }, body: '{"id":"evt_1","ünïcode":true}' }),
-      insertEvent(db, { source: 'github', deliveryId: 'gh-2', eventType: 'push', status: 'dead', receivedAt: t0 + DAY, attempts: 12, lastError: 'exit status 1: deploy failed' }),
-      insertEvent(db, { deliveryId: 'evt_3', eventType: 'invoice.created', status: 'pending', receivedAt: t0 + 2 * DAY, body: Buffer.from([0xff, 0xfe, 0x00, 0x41]) }),
+      insertEvent(db, {
+        deliveryId: 'evt_1',
+        eventType: 'invoice.paid',
+        status: 'done',
+        receivedAt: t0,
+        headers: { 'content-type': 'application/json', 'user-agent': 'Stripe/1.0' },
+        body: '{"id":"evt_1","ünïcode":true}',
+      }),
+      insertEvent(db, {
+        source: 'github',
+        deliveryId: 'gh-2',
+        eventType: 'push',
+        status: 'dead',
+        receivedAt: t0 + DAY,
+        attempts: 12,
+        lastError: 'exit status 1: deploy failed',
+      }),
+      insertEvent(db, {
+        deliveryId: 'evt_3',
+        eventType: 'invoice.created',
+        status: 'pending',
+        receivedAt: t0 + 2 * DAY,
+        body: Buffer.from([0xff, 0xfe, 0x00, 0x41]),
+      }),
     ];
     insertAttempt(db, ids[0]!, { attempt: 1, route: 'issue-licence', effectKey: 'issue-licence:cus_9', startedAt: t0 + 1000 });
     insertEffect(db, { effectKey: 'issue-licence:cus_9', eventId: ids[0]!, at: t0 + 1000 });
@@ -80,17 +101,44 @@ describe('receiver events', () => {
       responseStatus: 202,
     });
     expect(e.attemptLog).toEqual([
-      { attempt: 1, route: 'issue-licence', effectKey: 'issue-licence:cus_9', outcome: 'ok', forced: false, startedAt: new Date(t0 + 1000).toISOString(), finishedAt: new Date(t0 + 1010).toISOString(), error: null, output: null },
+      {
+        attempt: 1,
+        route: 'issue-licence',
+        effectKey: 'issue-licence:cus_9',
+        outcome: 'ok',
+        forced: false,
+        startedAt: new Date(t0 + 1000).toISOString(),
+        finishedAt: new Date(t0 + 1010).toISOString(),
+        error: null,
+        output: null,
+      },
     ]);
     expect(e.effects).toEqual([
-      { effectKey: 'issue-licence:cus_9', route: 'issue-licence', businessKey: 'cus_9', status: 'done', eventId: ids[0], version: null, runs: 1, forcedRuns: 0, startedAt: new Date(t0 + 1000).toISOString(), finishedAt: new Date(t0 + 1010).toISOString(), lastError: null },
+      {
+        effectKey: 'issue-licence:cus_9',
+        route: 'issue-licence',
+        businessKey: 'cus_9',
+        status: 'done',
+        eventId: ids[0],
+        version: null,
+        runs: 1,
+        forcedRuns: 0,
+        startedAt: new Date(t0 + 1000).toISOString(),
+        finishedAt: new Date(t0 + 1010).toISOString(),
+        lastError: null,
+      },
     ]);
     expect(e.conflicts).toEqual([{ id: expect.any(Number), receivedAt: new Date(t0 + 5000).toISOString(), bodySha256: 'f'.repeat(64), repeats: 1 }]);
   });
 
   it('show: a body that is not UTF-8 comes as base64 with its encoding; human output prints the event', async () => {
     const r = await runInProcess(['events', 'show', '-c', config, String(ids[2]), '--json']);
-    expect(JSON.parse(r.stdout)).toMatchObject({ body: Buffer.from([0xff, 0xfe, 0x00, 0x41]).toString('base64'), bodyEncoding: 'base64', attemptLog: [], effects: [] });
+    expect(JSON.parse(r.stdout)).toMatchObject({
+      body: Buffer.from([0xff, 0xfe, 0x00, 0x41]).toString('base64'),
+      bodyEncoding: 'base64',
+      attemptLog: [],
+      effects: [],
+    });
     const human = await runInProcess(['events', 'show', '-c', config, String(ids[0])]);
     expect(human.code).toBe(0);
     expect(human.stdout).toContain(`event ${ids[0]}: stripe / evt_1 (invoice.paid)`);
@@ -138,7 +186,9 @@ describe('receiver events', () => {
 
     it('show prints the output of a successful attempt', async () => {
       const show = await runInProcess(['events', 'show', '-c', config, String(evil)]);
-      expect(show.stdout).toMatch(/#1 \S+ mail mail:\\x1b\[8mhidden ok\n {4}output:\n {6}licence sent to \\x1b\[1ma@example\.com\\x1b\[0m\n {6}mailer: 250 OK\n/);
+      expect(show.stdout).toMatch(
+        /#1 \S+ mail mail:\\x1b\[8mhidden ok\n {4}output:\n {6}licence sent to \\x1b\[1ma@example\.com\\x1b\[0m\n {6}mailer: 250 OK\n/,
+      );
     });
 
     it('--json keeps every value exact, with C1 and bidi controls escaped as \\u in the document', async () => {
@@ -147,7 +197,13 @@ describe('receiver events', () => {
       expect(JSON.parse(list.stdout)[0]).toMatchObject({ id: evil, deliveryId: ID, eventType: TYPE });
       const show = await runInProcess(['events', 'show', '-c', config, String(evil), '--json']);
       expect(show.stdout).not.toMatch(raw);
-      expect(JSON.parse(show.stdout)).toMatchObject({ deliveryId: ID, eventType: TYPE, headers: { 'x-name': 'abc\u202edcba' }, body: BODY, attemptLog: [{ output: OUTPUT, effectKey: 'mail:\u001b[8mhidden' }] });
+      expect(JSON.parse(show.stdout)).toMatchObject({
+        deliveryId: ID,
+        eventType: TYPE,
+        headers: { 'x-name': 'abc\u202edcba' },
+        body: BODY,
+        attemptLog: [{ output: OUTPUT, effectKey: 'mail:\u001b[8mhidden' }],
+      });
     });
   });
 

@@ -43,7 +43,13 @@ describe('purge and replay while serve runs', () => {
     // Old finished events, as months of traffic leave them: attempts, a few conflicts, ledger rows.
     db.transaction(() => {
       for (let i = 0; i < OLD_EVENTS; i++) {
-        const id = insertEvent(db, { source: 'shop', deliveryId: `old-${i}`, status: 'done', receivedAt: now - 40 * DAY + i, body: JSON.stringify({ id: `old-${i}`, order: `old-${i}` }) });
+        const id = insertEvent(db, {
+          source: 'shop',
+          deliveryId: `old-${i}`,
+          status: 'done',
+          receivedAt: now - 40 * DAY + i,
+          body: JSON.stringify({ id: `old-${i}`, order: `old-${i}` }),
+        });
         insertAttempt(db, id, { route: 'fulfil', effectKey: `fulfil:old-${i}`, startedAt: now - 40 * DAY + i });
         insertEffect(db, { effectKey: `fulfil:old-${i}`, eventId: id, at: now - 40 * DAY + i });
         if (i % 1000 === 0) insertConflict(db, id, now - 40 * DAY + i);
@@ -51,7 +57,16 @@ describe('purge and replay while serve runs', () => {
     })();
     // Young dead events whose effect never ran (`replay --dead` brings them back).
     const deadIds = [1, 2].map((i) =>
-      insertEvent(db, { source: 'shop', deliveryId: `dead-${i}`, eventType: 'order.paid', status: 'dead', receivedAt: now - DAY, attempts: 3, lastError: 'exit 1', body: JSON.stringify({ id: `dead-${i}`, type: 'order.paid', order: `dead-${i}` }) }),
+      insertEvent(db, {
+        source: 'shop',
+        deliveryId: `dead-${i}`,
+        eventType: 'order.paid',
+        status: 'dead',
+        receivedAt: now - DAY,
+        attempts: 3,
+        lastError: 'exit 1',
+        body: JSON.stringify({ id: `dead-${i}`, type: 'order.paid', order: `dead-${i}` }),
+      }),
     );
 
     const serve = await startServe(config);

@@ -26,7 +26,13 @@ describe('receiver purge', () => {
       oldDone2: insertEvent(db, { deliveryId: 'old-done-2', status: 'done', receivedAt: now - 39 * DAY }),
       oldDone3: insertEvent(db, { source: 'shop', deliveryId: 'old-done-3', status: 'done', receivedAt: now - 38 * DAY }),
       oldPending: insertEvent(db, { deliveryId: 'old-pending', status: 'pending', receivedAt: now - 60 * DAY }),
-      oldProcessing: insertEvent(db, { deliveryId: 'old-processing', status: 'processing', receivedAt: now - 60 * DAY, leaseOwner: 'w', leaseExpiresAt: now + 60_000 }),
+      oldProcessing: insertEvent(db, {
+        deliveryId: 'old-processing',
+        status: 'processing',
+        receivedAt: now - 60 * DAY,
+        leaseOwner: 'w',
+        leaseExpiresAt: now + 60_000,
+      }),
       oldDead: insertEvent(db, { deliveryId: 'old-dead', status: 'dead', receivedAt: now - 60 * DAY, lastError: 'exit 3' }),
       midDone: insertEvent(db, { deliveryId: 'mid-done', status: 'done', receivedAt: now - 20 * DAY }),
       youngDone: insertEvent(db, { deliveryId: 'young-done', status: 'done', receivedAt: now - 2 * DAY }),
@@ -106,7 +112,9 @@ describe('receiver purge', () => {
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout)).toMatchObject({ purged: 3, bodiesDropped: 1, bodiesDroppedBefore: expect.any(String) });
     expect(left()).toEqual(['old-pending', 'old-processing', 'old-dead', 'mid-done', 'young-done']);
-    const rows = db.prepare(`SELECT delivery_id, body IS NULL AS nobody, headers IS NULL AS noheaders, length(body_sha256) AS sha FROM events ORDER BY id`).all();
+    const rows = db
+      .prepare(`SELECT delivery_id, body IS NULL AS nobody, headers IS NULL AS noheaders, length(body_sha256) AS sha FROM events ORDER BY id`)
+      .all();
     expect(rows).toEqual([
       { delivery_id: 'old-pending', nobody: 0, noheaders: 0, sha: 64 },
       { delivery_id: 'old-processing', nobody: 0, noheaders: 0, sha: 64 },

@@ -31,7 +31,12 @@ describe('receiver replay', () => {
 
   const row = (id: number | undefined) =>
     db.prepare(`SELECT status, attempts, next_attempt_at, last_error, lease_owner, force_effects FROM events WHERE id = ?`).get(id) as {
-      status: string; attempts: number; next_attempt_at: number; last_error: string | null; lease_owner: string | null; force_effects: number;
+      status: string;
+      attempts: number;
+      next_attempt_at: number;
+      last_error: string | null;
+      lease_owner: string | null;
+      force_effects: number;
     };
 
   it('by id: back to pending now with a fresh retry count, last_error and attempt history kept', async () => {
@@ -97,7 +102,10 @@ describe('receiver replay', () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toContain(`event ${ids.live} is being processed right now (lease held by drain-a until`);
     expect(r.stderr).toContain('Try: wait until it finishes');
-    expect(JSON.parse(r.stdout)).toEqual({ replayed: [], refused: [{ id: ids.live, reason: 'processing', leaseOwner: 'drain-a', leaseExpiresAt: expect.any(String) }] });
+    expect(JSON.parse(r.stdout)).toEqual({
+      replayed: [],
+      refused: [{ id: ids.live, reason: 'processing', leaseOwner: 'drain-a', leaseExpiresAt: expect.any(String) }],
+    });
     expect(row(ids.live).status).toBe('processing');
 
     db.prepare(`UPDATE events SET lease_expires_at = ? WHERE id = ?`).run(now - 1000, ids.live);

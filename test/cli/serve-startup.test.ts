@@ -34,7 +34,10 @@ if (!AS_NOBODY) console.warn('serve-startup.test.ts: not root or no setpriv: the
 /** Runs the CLI as the unprivileged `nobody` user, as a service user would run it. */
 function runCliAsNobody(args: string[], timeoutMs = 20_000): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn('setpriv', ['--reuid=nobody', '--regid=nogroup', '--clear-groups', process.execPath, BIN, ...args], { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn('setpriv', ['--reuid=nobody', '--regid=nogroup', '--clear-groups', process.execPath, BIN, ...args], {
+      cwd: REPO,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -199,7 +202,10 @@ describe('receiver serve: start-up failures are Error/Try, exit 1, and leave not
     const d = dir();
     const file = writeConfig(d, { sources: { t: { provider: 'none' } } });
     expectErrorTry(await runCli(['serve', '-c', file, '--port', '0', '--db', d]), `cannot open database ${d}: unable to open database file (SQLITE_CANTOPEN)`);
-    expectErrorTry(await runCli(['serve', '-c', file, '--port', '0', '--db', `${file}/receiver.db`]), `cannot create the database directory ${file}: a part of the path is a file, not a directory`);
+    expectErrorTry(
+      await runCli(['serve', '-c', file, '--port', '0', '--db', `${file}/receiver.db`]),
+      `cannot create the database directory ${file}: a part of the path is a file, not a directory`,
+    );
   });
 
   it('a database written by a newer receiver: exit 1, the file untouched', async () => {
@@ -228,7 +234,9 @@ describe('receiver serve: start-up failures are Error/Try, exit 1, and leave not
     seedDb(`${d}/receiver.db`).close();
     const ro = new Database(`${d}/receiver.db`, { readonly: true });
     try {
-      expect(() => assertWritable(ro, `${d}/receiver.db`)).toThrow(/^database .*receiver\.db cannot be written by \S+: attempt to write a readonly database \(SQLITE_READONLY\)$/);
+      expect(() => assertWritable(ro, `${d}/receiver.db`)).toThrow(
+        /^database .*receiver\.db cannot be written by \S+: attempt to write a readonly database \(SQLITE_READONLY\)$/,
+      );
     } finally {
       ro.close();
     }
@@ -276,7 +284,9 @@ describe('receiver serve: start-up warnings', () => {
     await serve.stop();
     const out = lines(serve.output().stderr);
     const warnings = out.filter((l) => l.level === 'warn');
-    expect(warnings).toEqual([expect.objectContaining({ source: 'open', msg: 'source "open" uses provider "none": deliveries are NOT verified; use it for local testing only' })]);
+    expect(warnings).toEqual([
+      expect.objectContaining({ source: 'open', msg: 'source "open" uses provider "none": deliveries are NOT verified; use it for local testing only' }),
+    ]);
     expect(out.findIndex((l) => l.level === 'warn')).toBeLessThan(out.findIndex((l) => l.msg === 'listening'));
   });
 
@@ -326,7 +336,11 @@ describe('receiver serve: a module effect that leaves a promise rejection unhand
     const serve = await startServe(file);
     try {
       for (const id of ['m1', 'm2']) expect((await post(`${serve.url}/webhooks/t`, JSON.stringify({ id, secret: MARKER }))).status).toBe(202);
-      const logged = () => serve.output().stderr.split('\n').filter((l) => l.includes('"msg":"module effect left a promise rejection unhandled'));
+      const logged = () =>
+        serve
+          .output()
+          .stderr.split('\n')
+          .filter((l) => l.includes('"msg":"module effect left a promise rejection unhandled'));
       for (let i = 0; i < 500 && logged().length < 2; i++) await new Promise((r) => setTimeout(r, 10));
       expect(serve.child.exitCode).toBeNull();
       expect((await fetch(`${serve.url}/healthz`)).status).toBe(200);

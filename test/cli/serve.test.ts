@@ -171,7 +171,8 @@ describe('receiver serve (child process)', () => {
     expect(setting('WorkingDirectory')).toBe('/var/lib/receiver');
     expect(setting('EnvironmentFile')).toBe('/etc/receiver/env');
     expect(setting('Restart')).toBe('on-failure');
-    for (const hardening of ['NoNewPrivileges=yes', 'ProtectSystem=strict', 'ReadWritePaths=/var/lib/receiver', 'PrivateTmp=yes', 'ProtectHome=yes']) expect(unit).toMatch(new RegExp(`^${hardening}$`, 'm'));
+    for (const hardening of ['NoNewPrivileges=yes', 'ProtectSystem=strict', 'ReadWritePaths=/var/lib/receiver', 'PrivateTmp=yes', 'ProtectHome=yes'])
+      expect(unit).toMatch(new RegExp(`^${hardening}$`, 'm'));
     // Node's JIT needs writable executable memory: this option would crash it at start.
     expect(unit).not.toMatch(/^MemoryDenyWriteExecute=yes/m);
   });
@@ -224,8 +225,18 @@ describe('receiver serve (child process)', () => {
   });
 
   it('the server timeouts: headers within min(requestTimeoutSeconds, 10 s), idle keep-alive 5 s, checked often enough', () => {
-    expect(serverTimeouts({ requestTimeoutSeconds: 30 })).toEqual({ requestTimeout: 30_000, headersTimeout: 10_000, keepAliveTimeout: 5000, connectionsCheckingInterval: 1000 });
-    expect(serverTimeouts({ requestTimeoutSeconds: 1 })).toEqual({ requestTimeout: 1000, headersTimeout: 1000, keepAliveTimeout: 5000, connectionsCheckingInterval: 250 });
+    expect(serverTimeouts({ requestTimeoutSeconds: 30 })).toEqual({
+      requestTimeout: 30_000,
+      headersTimeout: 10_000,
+      keepAliveTimeout: 5000,
+      connectionsCheckingInterval: 1000,
+    });
+    expect(serverTimeouts({ requestTimeoutSeconds: 1 })).toEqual({
+      requestTimeout: 1000,
+      headersTimeout: 1000,
+      keepAliveTimeout: 5000,
+      connectionsCheckingInterval: 250,
+    });
   });
 
   it('an idle keep-alive connection is closed after 5 s; a busy one is not', async () => {
@@ -268,7 +279,10 @@ describe('receiver serve (child process)', () => {
           .join('');
         // 256-byte chunks, no Content-Length: the limit must hold while the body streams in.
         const chunks = (body.match(/[\s\S]{1,256}/g) ?? []).map((c) => `${Buffer.byteLength(c).toString(16)}\r\n${c}\r\n`).join('');
-        return rawExchange(serve.port, `POST /webhooks/gh HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n${head}\r\n${chunks}0\r\n\r\n`);
+        return rawExchange(
+          serve.port,
+          `POST /webhooks/gh HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n${head}\r\n${chunks}0\r\n\r\n`,
+        );
       };
       const big = await chunked(JSON.stringify({ ref: 'refs/heads/main', pad: 'x'.repeat(4000) }));
       expect(big).toMatch(/^HTTP\/1\.1 413 /);
@@ -305,14 +319,19 @@ describe('receiver serve (child process)', () => {
     const serve = await startServe(file, { env });
     const send = async (body: string, headers: Record<string, string> = {}) => {
       const signed = github.sign(Buffer.from(body), SECRET, Date.now(), undefined as never, serve.url);
-      return (await fetch(`${serve.url}/webhooks/gh`, { method: 'POST', headers: { 'content-type': 'application/json', ...signed.headers, ...headers }, body })).status;
+      return (await fetch(`${serve.url}/webhooks/gh`, { method: 'POST', headers: { 'content-type': 'application/json', ...signed.headers, ...headers }, body }))
+        .status;
     };
     try {
       expect(await send(JSON.stringify({ n: 1, secret: MARKER }), { 'x-github-delivery': 'd-ok' })).toBe(202);
       expect(await send(JSON.stringify({ n: 2, secret: MARKER }), { 'x-github-delivery': 'd-ping', 'x-github-event': 'ping' })).toBe(202);
       expect(await send(JSON.stringify({ n: 1, secret: MARKER, changed: true }), { 'x-github-delivery': 'd-ok' })).toBe(409);
       expect(await send(JSON.stringify({ pad: MARKER.repeat(200) }))).toBe(413);
-      const bad = await fetch(`${serve.url}/webhooks/gh`, { method: 'POST', body: JSON.stringify({ secret: MARKER }), headers: { 'x-hub-signature-256': `sha256=${MARKER}`, 'x-github-delivery': 'd-bad' } });
+      const bad = await fetch(`${serve.url}/webhooks/gh`, {
+        method: 'POST',
+        body: JSON.stringify({ secret: MARKER }),
+        headers: { 'x-hub-signature-256': `sha256=${MARKER}`, 'x-github-delivery': 'd-bad' },
+      });
       expect(bad.status).toBe(401);
       const settled = () => logLines(serve.output().stderr).filter((l) => l.msg === 'event done' || l.msg === 'event dead');
       for (let i = 0; i < 500 && settled().length < 2; i++) await new Promise((r) => setTimeout(r, 10));
@@ -343,8 +362,33 @@ describe('receiver serve (child process)', () => {
     const attempts = lines.filter((l) => l.msg === 'effect attempt');
     const ok = attempts.find((l) => l.route === 'ok');
     const failed = attempts.find((l) => l.route === 'fails');
-    expect(keys(ok)).toEqual(['attempt', 'deliveryId', 'durationMs', 'effectKey', 'eventId', 'eventType', 'forced', 'level', 'msg', 'outcome', 'pid', 'route', 'source', 'time']);
-    expect(ok).toMatchObject({ level: 'info', eventId: 1, source: 'gh', deliveryId: '1:d-ok', eventType: 'push', attempt: 1, effectKey: 'ok:1', outcome: 'ok', forced: false });
+    expect(keys(ok)).toEqual([
+      'attempt',
+      'deliveryId',
+      'durationMs',
+      'effectKey',
+      'eventId',
+      'eventType',
+      'forced',
+      'level',
+      'msg',
+      'outcome',
+      'pid',
+      'route',
+      'source',
+      'time',
+    ]);
+    expect(ok).toMatchObject({
+      level: 'info',
+      eventId: 1,
+      source: 'gh',
+      deliveryId: '1:d-ok',
+      eventType: 'push',
+      attempt: 1,
+      effectKey: 'ok:1',
+      outcome: 'ok',
+      forced: false,
+    });
     expect(keys(failed)).toEqual([...keys(ok), 'error'].sort());
     expect(failed).toMatchObject({ level: 'warn', eventId: 2, effectKey: 'fails:2', outcome: 'failed', error: `${dir}/fails.sh exited with code 3` });
 
@@ -359,7 +403,11 @@ describe('receiver serve (child process)', () => {
     const { file } = configFile();
     const serve = await startServe(file, { env });
     const ok = await deliver(serve.url, '{"a":1}');
-    const bad = await fetch(`${serve.url}/webhooks/gh`, { method: 'POST', body: '{}', headers: { 'x-hub-signature-256': 'sha256=00', 'x-github-delivery': 'd-bad' } });
+    const bad = await fetch(`${serve.url}/webhooks/gh`, {
+      method: 'POST',
+      body: '{}',
+      headers: { 'x-hub-signature-256': 'sha256=00', 'x-github-delivery': 'd-bad' },
+    });
     expect(ok.status).toBe(202);
     expect(bad.status).toBe(401);
     await serve.stop();
@@ -431,7 +479,11 @@ function trickle(port: number, options: { headers?: boolean } = {}): Promise<{ c
     const socket = connect(port, '127.0.0.1');
     let bytesSent = 0;
     let answer = '';
-    socket.write(options.headers === true ? 'POST /webhooks/gh HTTP/1.1\r\nHost: 127.0.0.1\r\n' : 'POST /webhooks/gh HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n');
+    socket.write(
+      options.headers === true
+        ? 'POST /webhooks/gh HTTP/1.1\r\nHost: 127.0.0.1\r\n'
+        : 'POST /webhooks/gh HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n',
+    );
     const timer = setInterval(() => {
       if (!socket.writable) return;
       socket.write(options.headers === true ? `X-Slow-${bytesSent}: a\r\n` : 'a');

@@ -23,7 +23,14 @@ describe('receiver stats', () => {
     insertEvent(db, { deliveryId: 'a', status: 'done', receivedAt: now - 10 * HOUR, duplicates: 3 });
     const dead = insertEvent(db, { deliveryId: 'b', status: 'dead', receivedAt: now - 5 * HOUR });
     insertEvent(db, { deliveryId: 'c', status: 'pending', receivedAt: now - HOUR, duplicates: 1 });
-    insertEvent(db, { source: 'github', deliveryId: 'd', status: 'processing', receivedAt: now - 20 * HOUR, leaseOwner: 'gone', leaseExpiresAt: now - 2 * HOUR });
+    insertEvent(db, {
+      source: 'github',
+      deliveryId: 'd',
+      status: 'processing',
+      receivedAt: now - 20 * HOUR,
+      leaseOwner: 'gone',
+      leaseExpiresAt: now - 2 * HOUR,
+    });
     insertEvent(db, { source: 'github', deliveryId: 'e', status: 'processing', receivedAt: now - HOUR, leaseOwner: 'live', leaseExpiresAt: now + HOUR });
     // A source no longer in the configuration still shows.
     insertEvent(db, { source: 'old-shop', deliveryId: 'f', status: 'done', receivedAt: now - HOUR });
@@ -49,10 +56,34 @@ describe('receiver stats', () => {
       dead: 1,
       stuckClaims: { count: 1, oldestLeaseExpiredAt: new Date(now - 2 * HOUR).toISOString() },
       sources: [
-        { source: 'github', configured: true, events: 2, oldestReceivedAt: new Date(now - 20 * HOUR).toISOString(), oldestKeyAgeHours: expect.closeTo(20, 0), retryHorizonHours: 8, keysCoverHorizon: true },
-        { source: 'old-shop', configured: false, events: 1, oldestReceivedAt: new Date(now - HOUR).toISOString(), oldestKeyAgeHours: expect.closeTo(1, 0), retryHorizonHours: null, keysCoverHorizon: null },
+        {
+          source: 'github',
+          configured: true,
+          events: 2,
+          oldestReceivedAt: new Date(now - 20 * HOUR).toISOString(),
+          oldestKeyAgeHours: expect.closeTo(20, 0),
+          retryHorizonHours: 8,
+          keysCoverHorizon: true,
+        },
+        {
+          source: 'old-shop',
+          configured: false,
+          events: 1,
+          oldestReceivedAt: new Date(now - HOUR).toISOString(),
+          oldestKeyAgeHours: expect.closeTo(1, 0),
+          retryHorizonHours: null,
+          keysCoverHorizon: null,
+        },
         { source: 'polar', configured: true, events: 0, oldestReceivedAt: null, oldestKeyAgeHours: null, retryHorizonHours: 72, keysCoverHorizon: null },
-        { source: 'stripe', configured: true, events: 3, oldestReceivedAt: new Date(now - 10 * HOUR).toISOString(), oldestKeyAgeHours: expect.closeTo(10, 0), retryHorizonHours: 72, keysCoverHorizon: false },
+        {
+          source: 'stripe',
+          configured: true,
+          events: 3,
+          oldestReceivedAt: new Date(now - 10 * HOUR).toISOString(),
+          oldestKeyAgeHours: expect.closeTo(10, 0),
+          retryHorizonHours: 72,
+          keysCoverHorizon: false,
+        },
       ],
       effects: { running: 0, done: 1, failed: 0 },
       catchUp: [],

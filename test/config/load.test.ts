@@ -25,7 +25,12 @@ describe('configuration', () => {
   it('resolves secrets from a literal, env:NAME and file:PATH (trailing newline dropped), several for rotation', () => {
     const file = join(tmp.dir, 'gh.secret');
     writeFileSync(file, 'from-file\n');
-    const c = resolveConfig(base({ gh: { provider: 'github', secrets: ['literal', 'env:GH_SECRET', `file:${file}`] } }), 'c.json', {}, { GH_SECRET: 'from-env' });
+    const c = resolveConfig(
+      base({ gh: { provider: 'github', secrets: ['literal', 'env:GH_SECRET', `file:${file}`] } }),
+      'c.json',
+      {},
+      { GH_SECRET: 'from-env' },
+    );
     expect(c.sources.get('gh')?.secrets.map((s) => s.reveal())).toEqual(['literal', 'from-env', 'from-file']);
   });
 
@@ -36,14 +41,30 @@ describe('configuration', () => {
   });
 
   it.each([
-    ['missing env secret', base({ stripe: { provider: 'stripe', secret: 'env:NOT_SET_ANYWHERE' } }), /sources\.stripe\.secret: environment variable NOT_SET_ANYWHERE is not set/],
+    [
+      'missing env secret',
+      base({ stripe: { provider: 'stripe', secret: 'env:NOT_SET_ANYWHERE' } }),
+      /sources\.stripe\.secret: environment variable NOT_SET_ANYWHERE is not set/,
+    ],
     ['unknown provider', base({ x: { provider: 'strype', secret: 'a' } }), /sources\.x\.provider: unknown provider "strype"/],
     ['unknown field', base({ x: { provider: 'stripe', secrests: ['a'] } }), /sources\.x\.secrests: unknown field/],
     ['no secret for a verifying provider', base({ gh: { provider: 'github' } }), /sources\.gh\.secret: provider "github" needs a secret/],
     ['generic provider without header', base({ g: { provider: 'hmac-sha256', secret: 'a' } }), /sources\.g\.header:/],
-    ['route to an unknown source', base({}, { routes: [{ name: 'r', source: 'nope', key: '{body.id}', effect: { exec: ['true'] } }] }), /routes\.0\.source: no source named "nope"/],
-    ['route with two effects', base({}, { routes: [{ name: 'r', source: '*', key: '{body.id}', effect: { exec: ['true'], module: './m.js' } }] }), /routes\.0\.effect: set exactly one/],
-    ['key template without placeholder', base({}, { routes: [{ name: 'r', source: '*', key: 'constant', effect: { exec: ['true'] } }] }), /routes\.0\.key: "constant" has no \{placeholder\}/],
+    [
+      'route to an unknown source',
+      base({}, { routes: [{ name: 'r', source: 'nope', key: '{body.id}', effect: { exec: ['true'] } }] }),
+      /routes\.0\.source: no source named "nope"/,
+    ],
+    [
+      'route with two effects',
+      base({}, { routes: [{ name: 'r', source: '*', key: '{body.id}', effect: { exec: ['true'], module: './m.js' } }] }),
+      /routes\.0\.effect: set exactly one/,
+    ],
+    [
+      'key template without placeholder',
+      base({}, { routes: [{ name: 'r', source: '*', key: 'constant', effect: { exec: ['true'] } }] }),
+      /routes\.0\.key: "constant" has no \{placeholder\}/,
+    ],
     ['wrong type', { port: 'eighty' }, /port: /],
   ])('%s is a config error naming the field', (_, json, message) => {
     expect(configErrorOf(() => resolveConfig(json, 'c.json', {}, {})).message).toMatch(message);
@@ -59,7 +80,12 @@ describe('configuration', () => {
   });
 
   it('operator commands load without secrets: no env needed, and no secret is read', () => {
-    const c = resolveConfig(base({ stripe: { provider: 'stripe', secret: 'env:NOT_SET_ANYWHERE' }, mw: { provider: 'mailwebhook', keys: { a: 'env:ALSO_UNSET' } } }), 'c.json', { withoutSecrets: true }, {});
+    const c = resolveConfig(
+      base({ stripe: { provider: 'stripe', secret: 'env:NOT_SET_ANYWHERE' }, mw: { provider: 'mailwebhook', keys: { a: 'env:ALSO_UNSET' } } }),
+      'c.json',
+      { withoutSecrets: true },
+      {},
+    );
     expect(c.sources.get('stripe')?.secrets).toEqual([]);
     expect(c.sources.get('stripe')?.retryHorizonHours).toBe(72);
   });

@@ -27,20 +27,68 @@ const route = (extra: Record<string, unknown>) => ({ name: 'r', source: '*', key
 /** [what, configuration (without database), the field the error must name] */
 const BAD: [string, Record<string, unknown>, RegExp][] = [
   // Standard Webhooks: the key is base64 after `whsec_`.
-  ['a Standard Webhooks secret "whsec_"', { sources: { sw: { provider: 'standard-webhooks', secret: 'whsec_' } } }, /sources\.sw\.secret: is not a usable Standard Webhooks key/],
-  ['a Standard Webhooks secret "whsec_="', { sources: { sw: { provider: 'standard-webhooks', secret: 'whsec_=' } } }, /sources\.sw\.secret: is not a usable Standard Webhooks key/],
-  ['a Standard Webhooks secret of characters outside base64', { sources: { sw: { provider: 'standard-webhooks', secret: 'whsec_!!!!' } } }, /sources\.sw\.secret: is not a usable Standard Webhooks key/],
-  ['a Standard Webhooks secret with a character outside base64 in a real key', { sources: { sw: { provider: 'standard-webhooks', secret: `${SW.slice(0, 10)}*${SW.slice(11)}` } } }, /sources\.sw\.secret: is not a usable/],
-  ['a Standard Webhooks secret of one base64 character (no whole byte)', { sources: { sw: { provider: 'standard-webhooks', secrets: [SW, 'whsec_A'] } } }, /sources\.sw\.secrets\.1: is not a usable/],
-  ['a GitLab signing token "whsec_"', { sources: { gl: { provider: 'gitlab', secret: 'whsec_' } } }, /sources\.gl\.secret: is not a usable Standard Webhooks key/],
+  [
+    'a Standard Webhooks secret "whsec_"',
+    { sources: { sw: { provider: 'standard-webhooks', secret: 'whsec_' } } },
+    /sources\.sw\.secret: is not a usable Standard Webhooks key/,
+  ],
+  [
+    'a Standard Webhooks secret "whsec_="',
+    { sources: { sw: { provider: 'standard-webhooks', secret: 'whsec_=' } } },
+    /sources\.sw\.secret: is not a usable Standard Webhooks key/,
+  ],
+  [
+    'a Standard Webhooks secret of characters outside base64',
+    { sources: { sw: { provider: 'standard-webhooks', secret: 'whsec_!!!!' } } },
+    /sources\.sw\.secret: is not a usable Standard Webhooks key/,
+  ],
+  [
+    'a Standard Webhooks secret with a character outside base64 in a real key',
+    { sources: { sw: { provider: 'standard-webhooks', secret: `${SW.slice(0, 10)}*${SW.slice(11)}` } } },
+    /sources\.sw\.secret: is not a usable/,
+  ],
+  [
+    'a Standard Webhooks secret of one base64 character (no whole byte)',
+    { sources: { sw: { provider: 'standard-webhooks', secrets: [SW, 'whsec_A'] } } },
+    /sources\.sw\.secrets\.1: is not a usable/,
+  ],
+  [
+    'a GitLab signing token "whsec_"',
+    { sources: { gl: { provider: 'gitlab', secret: 'whsec_' } } },
+    /sources\.gl\.secret: is not a usable Standard Webhooks key/,
+  ],
   // Any provider: whitespace is no secret, however it arrives.
   ['a literal secret of spaces', { sources: { gh: { provider: 'github', secret: '   ' } } }, /sources\.gh\.secret: secret is only whitespace/],
-  ['one secret of spaces among several', { sources: { st: { provider: 'stripe', secrets: ['whsec_ok', ' '] } } }, /sources\.st\.secrets\.1: secret is only whitespace/],
-  ['a key of spaces in "keys"', { sources: { mw: { provider: 'mailwebhook', keys: { k1: 'fine', k2: '  ' } } } }, /sources\.mw\.keys\.k2: secret is only whitespace/],
-  ['an env: secret holding only whitespace', { sources: { sh: { provider: 'shopify', secret: 'env:BLANK_SECRET' } } }, /sources\.sh\.secret: environment variable BLANK_SECRET holds only whitespace/],
-  ['a file: secret holding only whitespace', { sources: { pd: { provider: 'paddle', secret: `file:${blankFile}` } } }, /sources\.pd\.secret: secret file .* holds only whitespace/],
-  ['a file: secret holding only newlines', { sources: { sl: { provider: 'slack', secret: `file:${newlinesFile}` } } }, /sources\.sl\.secret: secret file .* holds only whitespace/],
-  ['an env: name that only the prototype has', { sources: { tw: { provider: 'twilio', secret: 'env:toString' } } }, /sources\.tw\.secret: environment variable toString is not set/],
+  [
+    'one secret of spaces among several',
+    { sources: { st: { provider: 'stripe', secrets: ['whsec_ok', ' '] } } },
+    /sources\.st\.secrets\.1: secret is only whitespace/,
+  ],
+  [
+    'a key of spaces in "keys"',
+    { sources: { mw: { provider: 'mailwebhook', keys: { k1: 'fine', k2: '  ' } } } },
+    /sources\.mw\.keys\.k2: secret is only whitespace/,
+  ],
+  [
+    'an env: secret holding only whitespace',
+    { sources: { sh: { provider: 'shopify', secret: 'env:BLANK_SECRET' } } },
+    /sources\.sh\.secret: environment variable BLANK_SECRET holds only whitespace/,
+  ],
+  [
+    'a file: secret holding only whitespace',
+    { sources: { pd: { provider: 'paddle', secret: `file:${blankFile}` } } },
+    /sources\.pd\.secret: secret file .* holds only whitespace/,
+  ],
+  [
+    'a file: secret holding only newlines',
+    { sources: { sl: { provider: 'slack', secret: `file:${newlinesFile}` } } },
+    /sources\.sl\.secret: secret file .* holds only whitespace/,
+  ],
+  [
+    'an env: name that only the prototype has',
+    { sources: { tw: { provider: 'twilio', secret: 'env:toString' } } },
+    /sources\.tw\.secret: environment variable toString is not set/,
+  ],
   ['a metrics token of spaces', { metrics: { token: '  ' } }, /metrics\.token: secret is only whitespace/],
   // The generic provider: a signed timestamp needs its header, a checked one must be signed.
   [
@@ -53,30 +101,98 @@ const BAD: [string, Record<string, unknown>, RegExp][] = [
     { sources: { g: { provider: 'hmac-sha256', header: 'X-Sig', secret: 'k', timestampHeader: 'X-Time', signedPayload: '{body}' } } },
     /sources\.g\.timestampHeader: the timestamp is checked for freshness but signedPayload does not sign it/,
   ],
-  ['a generic source with toleranceSeconds and no timestamp', { sources: { g: { provider: 'hmac-sha256', header: 'X-Sig', secret: 'k', toleranceSeconds: 60 } } }, /sources\.g\.toleranceSeconds: there is no timestamp to check/],
-  ['a generic source whose signature header no request can carry', { sources: { g: { provider: 'hmac-sha256', header: 'X Signature', secret: 'k' } } }, /sources\.g\.header: is not a valid HTTP header name/],
+  [
+    'a generic source with toleranceSeconds and no timestamp',
+    { sources: { g: { provider: 'hmac-sha256', header: 'X-Sig', secret: 'k', toleranceSeconds: 60 } } },
+    /sources\.g\.toleranceSeconds: there is no timestamp to check/,
+  ],
+  [
+    'a generic source whose signature header no request can carry',
+    { sources: { g: { provider: 'hmac-sha256', header: 'X Signature', secret: 'k' } } },
+    /sources\.g\.header: is not a valid HTTP header name/,
+  ],
   // Fields another provider reads, set where they would be silently ignored.
-  ['"header" on stripe', { sources: { st: { provider: 'stripe', secret: 'whsec_x', header: 'X-Other' } } }, /sources\.st\.header: provider "stripe" does not use this field.*read by hmac-sha256/],
-  ['"encoding" and "signedPayload" on github', { sources: { gh: { provider: 'github', secret: 'x', encoding: 'base64', signedPayload: '{body}' } } }, /sources\.gh\.encoding: provider "github" does not use this field(.|\n)*sources\.gh\.signedPayload: /],
-  ['"timestampHeader" on shopify', { sources: { sh: { provider: 'shopify', secret: 'x', timestampHeader: 'X-Shopify-Triggered-At' } } }, /sources\.sh\.timestampHeader: provider "shopify" does not use this field/],
-  ['"toleranceSeconds" on github (nothing timed is signed)', { sources: { gh: { provider: 'github', secret: 'x', toleranceSeconds: 60 } } }, /sources\.gh\.toleranceSeconds: provider "github" does not use this field.*read by .*stripe/],
-  ['"secretEncoding" on stripe', { sources: { st: { provider: 'stripe', secret: 'x', secretEncoding: 'utf8' } } }, /sources\.st\.secretEncoding: .*read by gitlab, standard-webhooks/],
-  ['"publicUrl" on github', { sources: { gh: { provider: 'github', secret: 'x', publicUrl: 'https://example.com/hook' } } }, /sources\.gh\.publicUrl: .*read by twilio/],
-  ['"deliveryId" on stripe', { sources: { st: { provider: 'stripe', secret: 'x', deliveryId: '{body.id}' } } }, /sources\.st\.deliveryId: .*read by hmac-sha256, none/],
+  [
+    '"header" on stripe',
+    { sources: { st: { provider: 'stripe', secret: 'whsec_x', header: 'X-Other' } } },
+    /sources\.st\.header: provider "stripe" does not use this field.*read by hmac-sha256/,
+  ],
+  [
+    '"encoding" and "signedPayload" on github',
+    { sources: { gh: { provider: 'github', secret: 'x', encoding: 'base64', signedPayload: '{body}' } } },
+    /sources\.gh\.encoding: provider "github" does not use this field(.|\n)*sources\.gh\.signedPayload: /,
+  ],
+  [
+    '"timestampHeader" on shopify',
+    { sources: { sh: { provider: 'shopify', secret: 'x', timestampHeader: 'X-Shopify-Triggered-At' } } },
+    /sources\.sh\.timestampHeader: provider "shopify" does not use this field/,
+  ],
+  [
+    '"toleranceSeconds" on github (nothing timed is signed)',
+    { sources: { gh: { provider: 'github', secret: 'x', toleranceSeconds: 60 } } },
+    /sources\.gh\.toleranceSeconds: provider "github" does not use this field.*read by .*stripe/,
+  ],
+  [
+    '"secretEncoding" on stripe',
+    { sources: { st: { provider: 'stripe', secret: 'x', secretEncoding: 'utf8' } } },
+    /sources\.st\.secretEncoding: .*read by gitlab, standard-webhooks/,
+  ],
+  [
+    '"publicUrl" on github',
+    { sources: { gh: { provider: 'github', secret: 'x', publicUrl: 'https://example.com/hook' } } },
+    /sources\.gh\.publicUrl: .*read by twilio/,
+  ],
+  [
+    '"deliveryId" on stripe',
+    { sources: { st: { provider: 'stripe', secret: 'x', deliveryId: '{body.id}' } } },
+    /sources\.st\.deliveryId: .*read by hmac-sha256, none/,
+  ],
   ['"keys" on github', { sources: { gh: { provider: 'github', secret: 'x', keys: { k: 'y' } } } }, /sources\.gh\.keys: .*read by mailwebhook/],
   ['a secret on provider "none"', { sources: { n: { provider: 'none', secret: 'x' } } }, /sources\.n\.secret: provider "none" verifies nothing/],
   // Names that would vanish into a prototype.
-  ['a source named "__proto__"', { sources: JSON.parse('{"__proto__": {"provider": "github", "secret": "x"}}') }, /sources\.__proto__: "__proto__" cannot be used as a name/],
-  ['a filter path "__proto__"', { routes: [route({ filter: JSON.parse('{"__proto__": {"a": 1}}') })] }, /routes\.0\.filter\.__proto__: "__proto__" cannot be used/],
+  [
+    'a source named "__proto__"',
+    { sources: JSON.parse('{"__proto__": {"provider": "github", "secret": "x"}}') },
+    /sources\.__proto__: "__proto__" cannot be used as a name/,
+  ],
+  [
+    'a filter path "__proto__"',
+    { routes: [route({ filter: JSON.parse('{"__proto__": {"a": 1}}') })] },
+    /routes\.0\.filter\.__proto__: "__proto__" cannot be used/,
+  ],
   ['a route to a source "constructor" that does not exist', { routes: [route({ source: 'constructor' })] }, /routes\.0\.source: no source named "constructor"/],
   // URLs that are not http(s).
-  ['an http effect to a file: URL', { routes: [route({ effect: { http: { url: 'file:///etc/passwd' } } })] }, /routes\.0\.effect\.http\.url: must be an http:\/\/ or https:\/\/ URL/],
+  [
+    'an http effect to a file: URL',
+    { routes: [route({ effect: { http: { url: 'file:///etc/passwd' } } })] },
+    /routes\.0\.effect\.http\.url: must be an http:\/\/ or https:\/\/ URL/,
+  ],
   // An http effect's headers: what fetch would refuse on every request, or what receiver overwrites.
-  ['an http effect header value with a line break', { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { 'X-Token': 'a\r\nX-Injected: 1' } } } })] }, /routes\.0\.effect\.http\.headers\.X-Token: the value holds a line break/],
-  ['an http effect header name with a space', { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { 'X Token': 'a' } } } })] }, /routes\.0\.effect\.http\.headers\.X Token: is not a valid HTTP header name/],
-  ['an http effect header receiver sets itself', { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { 'Idempotency-Key': 'mine' } } } })] }, /routes\.0\.effect\.http\.headers\.Idempotency-Key: receiver sets this header on every request/],
-  ['an http effect header set twice', { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { 'X-A': '1', 'x-a': '2' } } } })] }, /routes\.0\.effect\.http\.headers\.x-a: set twice/],
-  ['a Twilio publicUrl that is not http(s)', { sources: { tw: { provider: 'twilio', secret: 'x', publicUrl: 'ftp://example.com/hook' } } }, /sources\.tw\.publicUrl: must be an http:\/\/ or https:\/\/ URL/],
+  [
+    'an http effect header value with a line break',
+    { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { 'X-Token': 'a\r\nX-Injected: 1' } } } })] },
+    /routes\.0\.effect\.http\.headers\.X-Token: the value holds a line break/,
+  ],
+  [
+    'an http effect header name with a space',
+    { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { 'X Token': 'a' } } } })] },
+    /routes\.0\.effect\.http\.headers\.X Token: is not a valid HTTP header name/,
+  ],
+  [
+    'an http effect header receiver sets itself',
+    { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { 'Idempotency-Key': 'mine' } } } })] },
+    /routes\.0\.effect\.http\.headers\.Idempotency-Key: receiver sets this header on every request/,
+  ],
+  [
+    'an http effect header set twice',
+    { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { 'X-A': '1', 'x-a': '2' } } } })] },
+    /routes\.0\.effect\.http\.headers\.x-a: set twice/,
+  ],
+  [
+    'a Twilio publicUrl that is not http(s)',
+    { sources: { tw: { provider: 'twilio', secret: 'x', publicUrl: 'ftp://example.com/hook' } } },
+    /sources\.tw\.publicUrl: must be an http:\/\/ or https:\/\/ URL/,
+  ],
 ];
 
 function configErrorOf(json: Record<string, unknown>): ReceiverError {
@@ -121,7 +237,11 @@ describe('secrets give usable key bytes; no field is silently ignored', () => {
 
   it('sources named "constructor" and "toString" are sources like any other', () => {
     const c = resolveConfig(
-      { database: join(tmp.dir, 'x.db'), sources: { constructor: { provider: 'github', secret: 'a' }, toString: { provider: 'stripe', secret: 'b' } }, routes: [route({ source: 'constructor' })] },
+      {
+        database: join(tmp.dir, 'x.db'),
+        sources: { constructor: { provider: 'github', secret: 'a' }, toString: { provider: 'stripe', secret: 'b' } },
+        routes: [route({ source: 'constructor' })],
+      },
       'c.json',
       {},
       {},

@@ -68,7 +68,7 @@ describe('drain: failures around the effect', () => {
       const draining = drainDue(h);
       // Another process takes the write lock while the effect runs and keeps it for a second,
       // ten times the store's busy timeout: the finish, then the completion, are refused.
-      await waitFor(() => (existsSync(started) ? true : undefined), "the effect to start");
+      await waitFor(() => (existsSync(started) ? true : undefined), 'the effect to start');
       holder.db.exec('BEGIN IMMEDIATE');
       setTimeout(() => {
         holder.db.exec('COMMIT');

@@ -33,7 +33,9 @@ describe('crash mid-effect (kill -9 of receiver serve)', () => {
     const file = writeConfig(tmp.dir, {
       sources: { shop: { provider: 'none', deliveryId: '{body.id}', eventType: '{body.type}' } },
       drain: { leaseSeconds: 60, pollMs: 50 },
-      routes: [{ name: 'deploy', source: 'shop', key: '{body.commit}', effect: { exec: ['/bin/sh', '-c', script, 'sh', runs, slow, pid], timeoutSeconds: 45 } }],
+      routes: [
+        { name: 'deploy', source: 'shop', key: '{body.commit}', effect: { exec: ['/bin/sh', '-c', script, 'sh', runs, slow, pid], timeoutSeconds: 45 } },
+      ],
     });
     const dbPath = join(tmp.dir, 'receiver.db');
     writeFileSync(slow, '');

@@ -30,7 +30,10 @@ describe('drain: exactly once in effect', () => {
 
   it('a sequential duplicate delivery runs the effect once, and a replay without --force skips it', async () => {
     const out = join(tmp.dir, 'licences.txt');
-    const config = makeConfig({ sources: { shop }, routes: [{ name: 'licence', source: 'shop', events: ['order.paid'], key: '{body.order}', effect: { exec: appendKey(out) } }] }, tmp.dir);
+    const config = makeConfig(
+      { sources: { shop }, routes: [{ name: 'licence', source: 'shop', events: ['order.paid'], key: '{body.order}', effect: { exec: appendKey(out) } }] },
+      tmp.dir,
+    );
     const c = clock();
     app = await startApp(config, { now: c.now });
     const body = JSON.stringify({ id: 'evt_1', type: 'order.paid', order: 'ord_42' });
@@ -54,7 +57,10 @@ describe('drain: exactly once in effect', () => {
 
   it('a concurrent duplicate delivery is one event and one effect', async () => {
     const out = join(tmp.dir, 'licences.txt');
-    const config = makeConfig({ sources: { shop }, routes: [{ name: 'licence', source: 'shop', events: ['*'], key: '{body.order}', effect: { exec: appendKey(out) } }] }, tmp.dir);
+    const config = makeConfig(
+      { sources: { shop }, routes: [{ name: 'licence', source: 'shop', events: ['*'], key: '{body.order}', effect: { exec: appendKey(out) } }] },
+      tmp.dir,
+    );
     const c = clock();
     app = await startApp(config, { now: c.now });
     const body = JSON.stringify({ id: 'evt_c', type: 'order.paid', order: 'ord_7' });
@@ -69,7 +75,16 @@ describe('drain: exactly once in effect', () => {
     const config = makeConfig(
       {
         sources: { github: { provider: 'github', secret: 'gh-test-secret' } },
-        routes: [{ name: 'deploy', source: 'github', events: ['push'], filter: { 'body.ref': 'refs/heads/main' }, key: '{body.after}', effect: { exec: appendKey(out) } }],
+        routes: [
+          {
+            name: 'deploy',
+            source: 'github',
+            events: ['push'],
+            filter: { 'body.ref': 'refs/heads/main' },
+            key: '{body.after}',
+            effect: { exec: appendKey(out) },
+          },
+        ],
       },
       tmp.dir,
     );
@@ -78,7 +93,12 @@ describe('drain: exactly once in effect', () => {
     const push = async (guid: string, ref: string, pusher: string) => {
       const body = JSON.stringify({ ref, after: 'abc123def456', pusher: { name: pusher } });
       const sig = `sha256=${createHmac('sha256', 'gh-test-secret').update(body).digest('hex')}`;
-      const r = await post(`${app!.url}/webhooks/github`, body, { 'x-hub-signature-256': sig, 'x-github-delivery': guid, 'x-github-event': 'push', 'x-github-hook-id': '9' });
+      const r = await post(`${app!.url}/webhooks/github`, body, {
+        'x-hub-signature-256': sig,
+        'x-github-delivery': guid,
+        'x-github-event': 'push',
+        'x-github-hook-id': '9',
+      });
       expect(r.status).toBe(202);
     };
     await push('guid-1', 'refs/heads/main', 'alice');
@@ -101,7 +121,10 @@ describe('drain: exactly once in effect', () => {
     const release = join(tmp.dir, 'release');
     // Appends, then holds the effect open until the test releases it: the drains overlap for sure.
     const argv = ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"; while [ ! -f "$2" ]; do sleep 0.02; done', 'sh', out, release];
-    const config = makeConfig({ sources: { shop }, routes: [{ name: 'licence', source: 'shop', key: '{body.order}', effect: { exec: argv, timeoutSeconds: 20 } }] }, tmp.dir);
+    const config = makeConfig(
+      { sources: { shop }, routes: [{ name: 'licence', source: 'shop', key: '{body.order}', effect: { exec: argv, timeoutSeconds: 20 } }] },
+      tmp.dir,
+    );
     const c = clock();
     const a = open(config.database);
     const b = open(config.database);
@@ -127,7 +150,14 @@ describe('drain: exactly once in effect', () => {
     const out = join(tmp.dir, 'runs.txt');
     const release = join(tmp.dir, 'release');
     const argv = ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"; while [ ! -f "$2" ]; do sleep 0.02; done', 'sh', out, release];
-    const config = makeConfig({ sources: { shop }, retry: { maxAttempts: 1 }, routes: [{ name: 'licence', source: 'shop', key: '{body.order}', effect: { exec: argv, timeoutSeconds: 20 } }] }, tmp.dir);
+    const config = makeConfig(
+      {
+        sources: { shop },
+        retry: { maxAttempts: 1 },
+        routes: [{ name: 'licence', source: 'shop', key: '{body.order}', effect: { exec: argv, timeoutSeconds: 20 } }],
+      },
+      tmp.dir,
+    );
     const c = clock();
     const a = open(config.database);
     const b = open(config.database);
@@ -146,7 +176,10 @@ describe('drain: exactly once in effect', () => {
   });
 
   it('an event that matches no route is done at once, with no attempt', async () => {
-    const config = makeConfig({ sources: { shop }, routes: [{ name: 'licence', source: 'shop', events: ['order.*'], key: '{body.order}', effect: { exec: ['true'] } }] }, tmp.dir);
+    const config = makeConfig(
+      { sources: { shop }, routes: [{ name: 'licence', source: 'shop', events: ['order.*'], key: '{body.order}', effect: { exec: ['true'] } }] },
+      tmp.dir,
+    );
     const c = clock();
     const s = open(config.database);
     await s.ingest(newEvent({ source: 'shop', deliveryId: 'x', eventType: 'customer.created', body: { order: 'o' }, receivedAt: c.now() }));
@@ -193,7 +226,10 @@ describe('drain: exactly once in effect', () => {
 
   it('replay --force (force_effects) runs a done key again, visibly, and clears the flag', async () => {
     const out = join(tmp.dir, 'runs.txt');
-    const config = makeConfig({ sources: { shop }, routes: [{ name: 'licence', source: 'shop', key: '{body.order}', effect: { exec: appendKey(out) } }] }, tmp.dir);
+    const config = makeConfig(
+      { sources: { shop }, routes: [{ name: 'licence', source: 'shop', key: '{body.order}', effect: { exec: appendKey(out) } }] },
+      tmp.dir,
+    );
     const c = clock();
     const s = open(config.database);
     await s.ingest(newEvent({ source: 'shop', deliveryId: 'x', eventType: 't', body: { order: 'o1' }, receivedAt: c.now() }));
@@ -234,7 +270,10 @@ describe('drain: versions', () => {
       }`,
     );
     const config = makeConfig(
-      { sources: { shop }, routes: [{ name: 'subs', source: 'shop', events: ['sub.*'], key: '{body.sub}', version: '{body.v}', effect: { module: './subscriptions.mjs' } }] },
+      {
+        sources: { shop },
+        routes: [{ name: 'subs', source: 'shop', events: ['sub.*'], key: '{body.sub}', version: '{body.v}', effect: { module: './subscriptions.mjs' } }],
+      },
       tmp.dir,
     );
     const c = clock();

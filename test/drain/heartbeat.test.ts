@@ -33,7 +33,14 @@ describe('leases under a heartbeat (receiver serve processes)', () => {
     const file = writeConfig(tmp.dir, {
       sources: { shop },
       drain: { leaseSeconds: 1, pollMs: 50 },
-      routes: [{ name: 'deploy', source: 'shop', key: '{body.commit}', effect: { exec: ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"; sleep 3', 'sh', runs], timeoutSeconds: 10 } }],
+      routes: [
+        {
+          name: 'deploy',
+          source: 'shop',
+          key: '{body.commit}',
+          effect: { exec: ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"; sleep 3', 'sh', runs], timeoutSeconds: 10 },
+        },
+      ],
     });
     serves.push(await startServe(file));
     serves.push(await startServe(file));
@@ -57,7 +64,9 @@ describe('leases under a heartbeat (receiver serve processes)', () => {
     const file = writeConfig(tmp.dir, {
       sources: { shop },
       drain: { leaseSeconds: 60, pollMs: 50 },
-      routes: [{ name: 'deploy', source: 'shop', key: '{body.commit}', effect: { exec: ['/bin/sh', '-c', script, 'sh', runs, slow, pid], timeoutSeconds: 45 } }],
+      routes: [
+        { name: 'deploy', source: 'shop', key: '{body.commit}', effect: { exec: ['/bin/sh', '-c', script, 'sh', runs, slow, pid], timeoutSeconds: 45 } },
+      ],
     });
     writeFileSync(slow, '');
     const first = await startServe(file);
@@ -89,7 +98,14 @@ describe('leases under a heartbeat (receiver serve processes)', () => {
       drain: { leaseSeconds: 0.5, pollMs: 20 },
       // An event whose key runs in the other process waits (busy) and looks again soon.
       retry: { maxAttempts: 100, baseSeconds: 0.1, maxSeconds: 0.5 },
-      routes: [{ name: 'licence', source: 'shop', key: '{body.order}', effect: { exec: ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"; sleep 0.$2', 'sh', runs, '8'], timeoutSeconds: 10 } }],
+      routes: [
+        {
+          name: 'licence',
+          source: 'shop',
+          key: '{body.order}',
+          effect: { exec: ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"; sleep 0.$2', 'sh', runs, '8'], timeoutSeconds: 10 },
+        },
+      ],
     });
     serves.push(await startServe(file));
     serves.push(await startServe(file));

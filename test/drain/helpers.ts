@@ -19,7 +19,14 @@ export function clock(start = Date.now()) {
 
 export const silent = createLogger('silent');
 
-export function newEvent(e: { source: string; deliveryId: string; eventType: string; body: unknown; receivedAt: number; headers?: Record<string, string> }): NewEvent {
+export function newEvent(e: {
+  source: string;
+  deliveryId: string;
+  eventType: string;
+  body: unknown;
+  receivedAt: number;
+  headers?: Record<string, string>;
+}): NewEvent {
   const body = Buffer.from(typeof e.body === 'string' ? e.body : JSON.stringify(e.body));
   return {
     source: e.source,
@@ -40,7 +47,13 @@ export interface Harness {
   events: EventOutcome[];
 }
 
-export function harness(config: Config, store: SqliteStore, now: () => number, random: () => number = () => 0.5, execEnv: NodeJS.ProcessEnv = process.env): Harness {
+export function harness(
+  config: Config,
+  store: SqliteStore,
+  now: () => number,
+  random: () => number = () => 0.5,
+  execEnv: NodeJS.ProcessEnv = process.env,
+): Harness {
   const attempts: AttemptOutcome[] = [];
   const events: EventOutcome[] = [];
   const ctx: ProcessContext = {
@@ -73,7 +86,11 @@ export async function drainDue(h: Harness, owner = 'test'): Promise<EventOutcome
 export const appendKey = (file: string) => ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"', 'sh', file];
 
 export function lines(file: string): string[] {
-  return existsSync(file) ? readFileSync(file, 'utf8').split('\n').filter((l) => l !== '') : [];
+  return existsSync(file)
+    ? readFileSync(file, 'utf8')
+        .split('\n')
+        .filter((l) => l !== '')
+    : [];
 }
 
 /** A separate connection for inspecting rows and moving timestamps, as an operator would. */
@@ -82,11 +99,34 @@ export function inspect(path: string) {
   db.pragma('busy_timeout = 2000');
   return {
     db,
-    event: (id: number) => db.prepare('SELECT * FROM events WHERE id = ?').get(id) as Record<string, unknown> & { status: string; attempts: number; next_attempt_at: number; last_error: string | null; lease_owner: string | null; lease_expires_at: number | null; force_effects: number },
-    effect: (key: string) => db.prepare('SELECT * FROM effects WHERE effect_key = ?').get(key) as (Record<string, unknown> & { status: string; runs: number; version: string | null; forced_runs: number; last_error: string | null; event_id: number }) | undefined,
+    event: (id: number) =>
+      db.prepare('SELECT * FROM events WHERE id = ?').get(id) as Record<string, unknown> & {
+        status: string;
+        attempts: number;
+        next_attempt_at: number;
+        last_error: string | null;
+        lease_owner: string | null;
+        lease_expires_at: number | null;
+        force_effects: number;
+      },
+    effect: (key: string) =>
+      db.prepare('SELECT * FROM effects WHERE effect_key = ?').get(key) as
+        | (Record<string, unknown> & { status: string; runs: number; version: string | null; forced_runs: number; last_error: string | null; event_id: number })
+        | undefined,
     attempts: (eventId?: number) =>
-      (eventId === undefined ? db.prepare('SELECT * FROM attempts ORDER BY id').all() : db.prepare('SELECT * FROM attempts WHERE event_id = ? ORDER BY id').all(eventId)) as {
-        id: number; event_id: number; attempt: number; route: string; effect_key: string | null; outcome: string; error: string | null; output: string | null; forced: number; finished_at: number | null;
+      (eventId === undefined
+        ? db.prepare('SELECT * FROM attempts ORDER BY id').all()
+        : db.prepare('SELECT * FROM attempts WHERE event_id = ? ORDER BY id').all(eventId)) as {
+        id: number;
+        event_id: number;
+        attempt: number;
+        route: string;
+        effect_key: string | null;
+        outcome: string;
+        error: string | null;
+        output: string | null;
+        forced: number;
+        finished_at: number | null;
       }[],
     close: () => db.close(),
   };

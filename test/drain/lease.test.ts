@@ -41,7 +41,7 @@ describe('leases', () => {
     db.close();
   });
 
-  it('A claims, its lease expires, B reclaims; A\'s late completion, retry, burial and effects change nothing', async () => {
+  it("A claims, its lease expires, B reclaims; A's late completion, retry, burial and effects change nothing", async () => {
     const c = clock();
     await a.ingest(newEvent({ source: 's', deliveryId: 'd1', eventType: 't', body: { order: 'o1' }, receivedAt: c.now() }));
     const db = inspect(path);
@@ -74,7 +74,10 @@ describe('leases', () => {
     expect(runB).toMatchObject({ action: 'run', runs: 2 });
     // A's late finish records its own attempt, but cannot close B's run of the key.
     if (runA.action !== 'run' || runB.action !== 'run') throw new Error('expected runs');
-    await a.finishEffect({ attemptId: runA.attemptId, effectKey: sa.effectKey, runToken: sa.runToken, outcome: 'failed', error: 'late A', wasDone: false }, c.now());
+    await a.finishEffect(
+      { attemptId: runA.attemptId, effectKey: sa.effectKey, runToken: sa.runToken, outcome: 'failed', error: 'late A', wasDone: false },
+      c.now(),
+    );
     expect(db.effect('licence:o1')).toMatchObject({ status: 'running', runs: 2, last_error: null });
     await b.finishEffect({ attemptId: runB.attemptId, effectKey: sb.effectKey, runToken: sb.runToken, outcome: 'ok', wasDone: false }, c.now());
     expect(await b.completeEvent(claimB.lease, c.now())).toBe(true);
@@ -94,9 +97,16 @@ describe('leases', () => {
     c.advance(LEASE);
     await b.claimEvent('B#1', c.now(), LEASE);
     let ran = false;
-    const r = await a.runTransactionalEffect(claimA.lease, 1, start(), async () => {
-      ran = true;
-    }, c.now, LEASE);
+    const r = await a.runTransactionalEffect(
+      claimA.lease,
+      1,
+      start(),
+      async () => {
+        ran = true;
+      },
+      c.now,
+      LEASE,
+    );
     expect(r).toEqual({ action: 'lost' });
     expect(ran).toBe(false);
   });

@@ -23,7 +23,10 @@ describe('the drain loop', () => {
   });
 
   const setup = (pollMs: number, effect: Record<string, unknown>) => {
-    const config = makeConfig({ sources: { shop }, drain: { pollMs, leaseSeconds: 60 }, routes: [{ name: 'licence', source: 'shop', key: '{body.order}', effect }] }, tmp.dir);
+    const config = makeConfig(
+      { sources: { shop }, drain: { pollMs, leaseSeconds: 60 }, routes: [{ name: 'licence', source: 'shop', key: '{body.order}', effect }] },
+      tmp.dir,
+    );
     store = new SqliteStore(config.database, { busyTimeoutMs: 2000, blockingBusyMs: 5 });
     const events: EventOutcome[] = [];
     drain = startDrain({ config, store, logger: silent, onEvent: (e) => events.push(e) });
@@ -48,7 +51,8 @@ describe('the drain loop', () => {
     const { config, events } = setup(50, { exec: appendKey(out) });
     // Another connection, as `replay` or a second `serve` would write: no wake().
     const other = new SqliteStore(config.database, { busyTimeoutMs: 2000 });
-    for (let i = 1; i <= 5; i++) await other.ingest(newEvent({ source: 'shop', deliveryId: `e${i}`, eventType: 't', body: { order: `o${i}` }, receivedAt: Date.now() }));
+    for (let i = 1; i <= 5; i++)
+      await other.ingest(newEvent({ source: 'shop', deliveryId: `e${i}`, eventType: 't', body: { order: `o${i}` }, receivedAt: Date.now() }));
     await other.close();
     await waitFor(() => (events.length === 5 ? events : undefined), 'five events');
     expect(lines(out)).toEqual(['o1', 'o2', 'o3', 'o4', 'o5']);
@@ -72,7 +76,9 @@ describe('the drain loop', () => {
         sources: { shop },
         drain: { pollMs: 10, leaseSeconds: 60 },
         retry: { maxAttempts: 50, baseSeconds: 0.05, maxSeconds: 0.2 },
-        routes: [{ name: 'licence', source: 'shop', key: '{body.order}', effect: { exec: ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"; sleep 0.01', 'sh', out] } }],
+        routes: [
+          { name: 'licence', source: 'shop', key: '{body.order}', effect: { exec: ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"; sleep 0.01', 'sh', out] } },
+        ],
       },
       tmp.dir,
     );

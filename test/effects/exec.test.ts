@@ -79,8 +79,15 @@ describe('exec effect', () => {
     expect(Date.now() - t0).toBeLessThan(2500);
   });
 
-  it('passes the parent environment on, minus the receiver\'s secrets and RECEIVER_* settings', () => {
-    const env = { PATH: '/usr/bin', HOME: '/home/r', DEPLOY_TOKEN: 'tool-credential', STRIPE_WEBHOOK_SECRET: 'whsec_signing', METRICS_TOKEN: 'metrics-bearer', RECEIVER_DB: 'postgres://u:pw@h/db' };
+  it("passes the parent environment on, minus the receiver's secrets and RECEIVER_* settings", () => {
+    const env = {
+      PATH: '/usr/bin',
+      HOME: '/home/r',
+      DEPLOY_TOKEN: 'tool-credential',
+      STRIPE_WEBHOOK_SECRET: 'whsec_signing',
+      METRICS_TOKEN: 'metrics-bearer',
+      RECEIVER_DB: 'postgres://u:pw@h/db',
+    };
     const config = makeConfig(
       { sources: { stripe: { provider: 'stripe', secret: 'env:STRIPE_WEBHOOK_SECRET' } }, metrics: { token: 'env:METRICS_TOKEN' } },
       tmp.dir,

@@ -30,8 +30,17 @@ describe('http effect', () => {
   afterAll(() => new Promise<void>((r) => server.close(() => r())));
 
   const body = Buffer.from('{"id": "evt_1",  "exact": "bytes"}');
-  const event = { id: 5, source: 'stripe', deliveryId: 'evt_1', eventType: 'invoice.paid', headers: { 'content-type': 'application/json; charset=utf-8' }, body, receivedAt: 0 };
-  const req = (extra: Partial<Parameters<typeof runHttp>[0]> = {}) => runHttp({ url, event, effectKey: 'app:in_1', attempt: 2, timeoutMs: 2000, now: Date.parse('2026-01-01T00:00:00Z'), ...extra });
+  const event = {
+    id: 5,
+    source: 'stripe',
+    deliveryId: 'evt_1',
+    eventType: 'invoice.paid',
+    headers: { 'content-type': 'application/json; charset=utf-8' },
+    body,
+    receivedAt: 0,
+  };
+  const req = (extra: Partial<Parameters<typeof runHttp>[0]> = {}) =>
+    runHttp({ url, event, effectKey: 'app:in_1', attempt: 2, timeoutMs: 2000, now: Date.parse('2026-01-01T00:00:00Z'), ...extra });
 
   it('POSTs the raw body with its content type, Idempotency-Key and configured headers; 2xx is success', async () => {
     seen.length = 0;
@@ -57,7 +66,16 @@ describe('http effect', () => {
   });
 
   it('408, 429 and 5xx are retryable with Retry-After; other 4xx and 3xx are permanent', async () => {
-    for (const [status, retryable] of [[500, true], [503, true], [408, true], [429, true], [400, false], [404, false], [422, false], [301, false]] as const) {
+    for (const [status, retryable] of [
+      [500, true],
+      [503, true],
+      [408, true],
+      [429, true],
+      [400, false],
+      [404, false],
+      [422, false],
+      [301, false],
+    ] as const) {
       answer = (res) => res.writeHead(status, status === 301 ? { location: '/elsewhere' } : {}).end('no');
       const r = await req();
       expect(r, String(status)).toMatchObject({ ok: false, retryable });

@@ -100,7 +100,7 @@ describe('module effect', () => {
     db.close();
   });
 
-  it('a handler cannot end the receiver\'s transaction', async () => {
+  it("a handler cannot end the receiver's transaction", async () => {
     writeFileSync(join(tmp.dir, 'handlers', 'commit.mjs'), `export default async (e, ctx) => { await ctx.db.run('COMMIT'); }`);
     const { h, db } = await setup({}, { module: './handlers/commit.mjs' });
     expect((await drainDue(h)).map((o) => o.status)).toEqual(['retry']);

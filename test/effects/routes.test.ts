@@ -10,7 +10,15 @@ const routes: RouteConfig[] = [
   { name: 'deploy', source: 'github', events: ['push'], filter: { 'body.ref': 'refs/heads/main' }, key: '{body.after}', effect },
   { name: 'all', source: '*', events: ['*'], key: '{source}:{id}', effect },
 ];
-const ev = (source: string, eventType: string, body: unknown) => ({ id: 3, source, deliveryId: 'd', eventType, headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(body)), receivedAt: 0 });
+const ev = (source: string, eventType: string, body: unknown) => ({
+  id: 3,
+  source,
+  deliveryId: 'd',
+  eventType,
+  headers: { 'content-type': 'application/json' },
+  body: Buffer.from(JSON.stringify(body)),
+  receivedAt: 0,
+});
 
 describe('routes', () => {
   it('matches source, event-type globs and filters, in configuration order, with resolved keys', () => {
@@ -24,16 +32,18 @@ describe('routes', () => {
     expect(planEffects(routes, ev('github', 'push', { ref: 'refs/heads/main', after: 'c1' })).map((p) => p.route.name)).toEqual(['deploy', 'all']);
   });
 
-  it('a key or version that resolves to nothing is that route\'s failure, naming the template', () => {
+  it("a key or version that resolves to nothing is that route's failure, naming the template", () => {
     const plans = planEffects(routes, ev('stripe', 'invoice.paid', { id: 'in_1', data: { object: {} } }));
-    expect(plans.filter((p) => p.kind === 'failure')).toMatchObject([{ route: { name: 'subs' }, error: 'key template "{body.data.object.subscription}" resolved to nothing for this event' }]);
+    expect(plans.filter((p) => p.kind === 'failure')).toMatchObject([
+      { route: { name: 'subs' }, error: 'key template "{body.data.object.subscription}" resolved to nothing for this event' },
+    ]);
     const noVersion = planEffects(routes, ev('stripe', 'invoice.paid', { id: 'in_1', data: { object: { subscription: 's' } } }));
     expect(noVersion.filter((p) => p.kind === 'failure')).toMatchObject([{ error: 'version template "{body.created}" resolved to nothing for this event' }]);
     const empty = planEffects(routes, ev('stripe', 'checkout.session.completed', { data: { object: { id: '' } } }));
     expect(empty.filter((p) => p.kind === 'failure')).toHaveLength(1);
   });
 
-  it('templates and filters read the event\'s own fields only, never what every object inherits', () => {
+  it("templates and filters read the event's own fields only, never what every object inherits", () => {
     const only = (filter: RouteConfig['filter'], key = '{body.id}'): RouteConfig[] => [{ name: 'r', source: '*', events: ['*'], filter, key, effect }];
     // The body has no "constructor": a filter asking for it to be absent matches.
     expect(planEffects(only({ 'body.constructor': null }), ev('s', 't', { id: 'a' }))).toHaveLength(1);

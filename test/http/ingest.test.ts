@@ -112,7 +112,10 @@ describe('POST /webhooks/:source (generic HMAC source, real server, real SQLite 
   });
 
   it('stores the exact bytes sent: invalid UTF-8 and significant whitespace', async () => {
-    const bodies = [Buffer.from([0x7b, 0x22, 0x69, 0x64, 0x22, 0x3a, 0x31, 0x7d, 0xff, 0xfe, 0x00, 0xc3]), Buffer.from('  {"id" :  "ws",\n\t"a":[1, 2 ]}  \r\n')];
+    const bodies = [
+      Buffer.from([0x7b, 0x22, 0x69, 0x64, 0x22, 0x3a, 0x31, 0x7d, 0xff, 0xfe, 0x00, 0xc3]),
+      Buffer.from('  {"id" :  "ws",\n\t"a":[1, 2 ]}  \r\n'),
+    ];
     for (const body of bodies) {
       const r = await deliver(body, 'hashed');
       expect(r.status).toBe(202);
@@ -166,7 +169,9 @@ describe('an unknown source name is text the sender chose', () => {
   it('is cut to 200 characters in the outcome (the log line) and the 404 answer, as claimed delivery ids are', async () => {
     const tmp = tempDir();
     const outcomes: DeliveryOutcome[] = [];
-    const app = await startApp(makeConfig({ sources: { shop: { provider: 'hmac-sha256', header: 'X-Signature', secret: SECRET } } }, tmp.dir), { onOutcome: (o) => outcomes.push(o) });
+    const app = await startApp(makeConfig({ sources: { shop: { provider: 'hmac-sha256', header: 'X-Signature', secret: SECRET } } }, tmp.dir), {
+      onOutcome: (o) => outcomes.push(o),
+    });
     try {
       const name = 'n'.repeat(15_000);
       const r = await post(`${app.url}/webhooks/${name}`, '{}');

@@ -57,7 +57,8 @@ describe('GET /metrics on a real server (in process, real SQLite file)', () => {
   });
   afterEach(async () => app.close());
 
-  const deliver = (body: string, headers: Record<string, string> = {}, source = 'shop') => post(`${app.url}/webhooks/${source}`, body, { 'x-signature': sign(body), ...headers });
+  const deliver = (body: string, headers: Record<string, string> = {}, source = 'shop') =>
+    post(`${app.url}/webhooks/${source}`, body, { 'x-signature': sign(body), ...headers });
 
   it('counts deliveries by source and outcome as they happen', async () => {
     const before = await scrape(app.url);
@@ -140,7 +141,8 @@ describe('metrics units', () => {
   it('every settle status and attempt outcome is a series from the start (0), so alerts see no gap', async () => {
     const t = parseMetrics(await new ReceiverMetrics({ routes: ['deploy'] }).text());
     for (const status of ['done', 'retry', 'dead', 'lost', 'interrupted']) expect(t.get(`receiver_events_settled_total{status="${status}"}`), status).toBe(0);
-    for (const outcome of ['ok', 'failed', 'skipped', 'stale', 'busy']) expect(t.get(`receiver_effect_attempts_total{route="deploy",outcome="${outcome}"}`), outcome).toBe(0);
+    for (const outcome of ['ok', 'failed', 'skipped', 'stale', 'busy'])
+      expect(t.get(`receiver_effect_attempts_total{route="deploy",outcome="${outcome}"}`), outcome).toBe(0);
   });
 
   it('each instance has its own registry: two apps in one process do not share counts', async () => {
@@ -155,7 +157,16 @@ describe('metrics units', () => {
     const token = new Secret('metrics-token-1');
     expect(bearerMatches('Bearer metrics-token-1', token)).toBe(true);
     expect(bearerMatches('bearer metrics-token-1', token)).toBe(true);
-    for (const h of [undefined, '', 'Bearer ', 'Bearer metrics-token-2', 'Bearer metrics-token-1x', 'Bearer metrics-token-', 'metrics-token-1', 'Basic metrics-token-1']) {
+    for (const h of [
+      undefined,
+      '',
+      'Bearer ',
+      'Bearer metrics-token-2',
+      'Bearer metrics-token-1x',
+      'Bearer metrics-token-',
+      'metrics-token-1',
+      'Basic metrics-token-1',
+    ]) {
       expect(bearerMatches(h, token)).toBe(false);
     }
   });
@@ -198,7 +209,8 @@ describe('lost, interrupted, busy and stale, as the drain reports them (real SQL
     const wired = (h: Harness): Harness => ({ ...h, ctx: { ...h.ctx, onAttempt: (x) => metrics.observeAttempt(x), onEvent: (e) => metrics.observeEvent(e) } });
     const ha = wired(harness(config, a, c.now));
     const hb = wired(harness(config, b, c.now));
-    const send = (id: string, body: Record<string, unknown>) => a.ingest(newEvent({ source: 'shop', deliveryId: id, eventType: String(body.type), body: { id, ...body }, receivedAt: c.now() }));
+    const send = (id: string, body: Record<string, unknown>) =>
+      a.ingest(newEvent({ source: 'shop', deliveryId: id, eventType: String(body.type), body: { id, ...body }, receivedAt: c.now() }));
     const running = async (key: string) => {
       for (let i = 0; i < 500 && !lines(out).includes(key); i++) await new Promise((r) => setTimeout(r, 10));
       expect(lines(out)).toContain(key);
@@ -263,7 +275,10 @@ describe('GET /metrics from `receiver serve` (child process)', () => {
   it('requires the bearer token when one is configured: 401 without or with a wrong one', async () => {
     const dir = `${tmp.dir}/token`;
     mkdirSync(dir);
-    const file = writeConfig(dir, { metrics: { token: 'env:METRICS_TEST_TOKEN' }, sources: { shop: { provider: 'hmac-sha256', header: 'X-Signature', secret: SECRET } } });
+    const file = writeConfig(dir, {
+      metrics: { token: 'env:METRICS_TEST_TOKEN' },
+      sources: { shop: { provider: 'hmac-sha256', header: 'X-Signature', secret: SECRET } },
+    });
     const serve = await startServe(file, { env: { METRICS_TEST_TOKEN: TOKEN } });
     try {
       const none = await fetch(`${serve.url}/metrics`);
@@ -288,7 +303,9 @@ describe('GET /metrics from `receiver serve` (child process)', () => {
     writeFileSync(fail, '#!/bin/sh\necho "refusing" >&2\nexit 3\n');
     chmodSync(fail, 0o755);
     const file = writeConfig(dir, {
-      sources: { shop: { provider: 'hmac-sha256', header: 'X-Signature', prefix: 'sha256=', secret: SECRET, deliveryId: '{body.id}', eventType: '{body.type}' } },
+      sources: {
+        shop: { provider: 'hmac-sha256', header: 'X-Signature', prefix: 'sha256=', secret: SECRET, deliveryId: '{body.id}', eventType: '{body.type}' },
+      },
       routes: [
         { name: 'ok-route', source: 'shop', events: ['good'], key: '{body.id}', effect: { exec: ['/bin/true'] } },
         { name: 'bad-route', source: 'shop', events: ['bad'], key: '{body.id}', effect: { exec: [fail] } },
@@ -302,7 +319,15 @@ describe('GET /metrics from `receiver serve` (child process)', () => {
       }
       // Poll (bounded) until the drain has tried both events once.
       let m = await scrape(serve.url);
-      for (let i = 0; i < 100 && !((m.get('receiver_effect_attempts_total{route="bad-route",outcome="failed"}') ?? 0) >= 1 && (m.get('receiver_effect_attempts_total{route="ok-route",outcome="ok"}') ?? 0) >= 1); i++) {
+      for (
+        let i = 0;
+        i < 100 &&
+        !(
+          (m.get('receiver_effect_attempts_total{route="bad-route",outcome="failed"}') ?? 0) >= 1 &&
+          (m.get('receiver_effect_attempts_total{route="ok-route",outcome="ok"}') ?? 0) >= 1
+        );
+        i++
+      ) {
         await new Promise((r) => setTimeout(r, 50));
         m = await scrape(serve.url);
       }

@@ -30,7 +30,15 @@ interface Case {
 }
 
 const CASES: Case[] = [
-  { provider: 'stripe', fixture: 'stripe.json', deliveryId: 'evt_1NG8Du2eZvKYlo2CUI79vXWy', eventType: 'checkout.session.completed', status: 202, timestamped: true, secrets: ['whsec_old_abc', 'whsec_new_def'] },
+  {
+    provider: 'stripe',
+    fixture: 'stripe.json',
+    deliveryId: 'evt_1NG8Du2eZvKYlo2CUI79vXWy',
+    eventType: 'checkout.session.completed',
+    status: 202,
+    timestamped: true,
+    secrets: ['whsec_old_abc', 'whsec_new_def'],
+  },
   {
     provider: 'github',
     fixture: 'github.json',
@@ -69,7 +77,11 @@ const CASES: Case[] = [
   {
     provider: 'gitlab',
     fixture: 'gitlab.json',
-    headers: { 'idempotency-key': 'f1c7ee0e-3f4b-4c5e-9a1a-2d9f5c7b8e10', 'x-gitlab-event-uuid': '13792a34-cac6-4fda-95a8-c58e00a3954e', 'x-gitlab-event': 'Push Hook' },
+    headers: {
+      'idempotency-key': 'f1c7ee0e-3f4b-4c5e-9a1a-2d9f5c7b8e10',
+      'x-gitlab-event-uuid': '13792a34-cac6-4fda-95a8-c58e00a3954e',
+      'x-gitlab-event': 'Push Hook',
+    },
     deliveryId: 'f1c7ee0e-3f4b-4c5e-9a1a-2d9f5c7b8e10',
     eventType: 'Push Hook',
     status: 202,
@@ -86,7 +98,14 @@ const CASES: Case[] = [
     status: 200,
     timestamped: true,
   },
-  { provider: 'lemonsqueezy', fixture: 'lemonsqueezy.json', deliveryId: `sha256:${sha256Hex(fixture('lemonsqueezy.json'))}`, eventType: 'order_created', status: 202, timestamped: false },
+  {
+    provider: 'lemonsqueezy',
+    fixture: 'lemonsqueezy.json',
+    deliveryId: `sha256:${sha256Hex(fixture('lemonsqueezy.json'))}`,
+    eventType: 'order_created',
+    status: 202,
+    timestamped: false,
+  },
   { provider: 'mailgun', fixture: 'mailgun.json', deliveryId: 'CPgfbmQMTCKtHW6uIWtuVe', eventType: 'delivered', status: 200, timestamped: true },
   {
     provider: 'twilio',
@@ -98,11 +117,21 @@ const CASES: Case[] = [
     status: 202,
     timestamped: false,
   },
-  { provider: 'asaas', fixture: 'asaas.json', deliveryId: 'evt_05b708f961d739ea7eba7e4db318f621&368604920', eventType: 'PAYMENT_RECEIVED', status: 200, timestamped: false },
+  {
+    provider: 'asaas',
+    fixture: 'asaas.json',
+    deliveryId: 'evt_05b708f961d739ea7eba7e4db318f621&368604920',
+    eventType: 'PAYMENT_RECEIVED',
+    status: 200,
+    timestamped: false,
+  },
   {
     provider: 'mailwebhook',
     fixture: 'mailwebhook.json',
-    headers: { 'x-idempotency-key': '5f0c6a3cbd1e2a7f9d8e4b6c0a1f3e5d7c9b2a4e6f8d0c1b3a5e7f9d2c4b6a8e', 'idempotency-key': '5f0c6a3cbd1e2a7f9d8e4b6c0a1f3e5d7c9b2a4e6f8d0c1b3a5e7f9d2c4b6a8e' },
+    headers: {
+      'x-idempotency-key': '5f0c6a3cbd1e2a7f9d8e4b6c0a1f3e5d7c9b2a4e6f8d0c1b3a5e7f9d2c4b6a8e',
+      'idempotency-key': '5f0c6a3cbd1e2a7f9d8e4b6c0a1f3e5d7c9b2a4e6f8d0c1b3a5e7f9d2c4b6a8e',
+    },
     deliveryId: '5f0c6a3cbd1e2a7f9d8e4b6c0a1f3e5d7c9b2a4e6f8d0c1b3a5e7f9d2c4b6a8e',
     eventType: 'mailwebhook.generic',
     status: 202,
@@ -170,21 +199,24 @@ describe.each(CASES)('$provider', (c) => {
     expect(h.rows()).toBe(before);
   });
 
-  it(c.timestamped ? 'refuses a timestamp 301 s old or 301 s ahead, storing nothing; accepts 299 s' : 'has no signed timestamp: the documented provider says so', async () => {
-    expect(providers.get(c.provider)?.name).toBe(c.provider);
-    if (!c.timestamped) return;
-    const before = h.rows();
-    for (const skew of [-301_000, 301_000]) {
-      const d = signed('rotA', oldSecret, NOW + skew);
-      const r = await h.send('rotA', d.body, d.headers);
-      expect(r.status, r.text).toBe(401);
-      expect(r.text).toMatch(/tolerance/);
-    }
-    expect(h.rows()).toBe(before);
-    // Just inside the tolerance the same signing is accepted.
-    const ok = signed('late', oldSecret, NOW - 299_000);
-    const r = await h.send('late', ok.body, ok.headers);
-    expect(r.status, r.text).toBe(c.status);
-    expect(h.rows('late')).toBe(1);
-  });
+  it(
+    c.timestamped ? 'refuses a timestamp 301 s old or 301 s ahead, storing nothing; accepts 299 s' : 'has no signed timestamp: the documented provider says so',
+    async () => {
+      expect(providers.get(c.provider)?.name).toBe(c.provider);
+      if (!c.timestamped) return;
+      const before = h.rows();
+      for (const skew of [-301_000, 301_000]) {
+        const d = signed('rotA', oldSecret, NOW + skew);
+        const r = await h.send('rotA', d.body, d.headers);
+        expect(r.status, r.text).toBe(401);
+        expect(r.text).toMatch(/tolerance/);
+      }
+      expect(h.rows()).toBe(before);
+      // Just inside the tolerance the same signing is accepted.
+      const ok = signed('late', oldSecret, NOW - 299_000);
+      const r = await h.send('late', ok.body, ok.headers);
+      expect(r.status, r.text).toBe(c.status);
+      expect(h.rows('late')).toBe(1);
+    },
+  );
 });

@@ -57,7 +57,12 @@ const send = (source: string, headers: Record<string, string>) => post(`${app.ur
 describe('a signature made with an empty key is refused with 401', () => {
   it('gitlab: a plain secret token is never read as a Standard Webhooks key (here it would be an empty one)', async () => {
     const id = 'msg_forged_1';
-    const r = await send('gitlab', { 'webhook-id': id, 'webhook-timestamp': T, 'webhook-signature': `v1,${emptyKeyB64(`${id}.${T}.${BODY}`)}`, 'x-gitlab-event': 'Push Hook' });
+    const r = await send('gitlab', {
+      'webhook-id': id,
+      'webhook-timestamp': T,
+      'webhook-signature': `v1,${emptyKeyB64(`${id}.${T}.${BODY}`)}`,
+      'x-gitlab-event': 'Push Hook',
+    });
     expect(r.status).toBe(401);
     expect(r.text).toMatch(/no signing token/);
     // The token itself still works.

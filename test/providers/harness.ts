@@ -117,15 +117,18 @@ export async function expectVectorAndMutations(c: SignedCase, nowMs: number): Pr
   const h = await startSources(sources, nowMs);
   const tries: { what: string; source: string; body: Buffer; headers: Record<string, string>; query: string }[] = [];
   const q = c.query ?? '';
-  for (const i of c.bodyPositions ?? positions(c.body.length)) tries.push({ what: `body byte ${i}`, source: 'v', body: mutateByte(c.body, i), headers: c.headers, query: q });
+  for (const i of c.bodyPositions ?? positions(c.body.length))
+    tries.push({ what: `body byte ${i}`, source: 'v', body: mutateByte(c.body, i), headers: c.headers, query: q });
   for (const name of c.signedHeaders) {
     const value = c.headers[name];
     if (value === undefined) throw new Error(`case has no header ${name}`);
-    for (const i of positions(value.length)) tries.push({ what: `header ${name} byte ${i}`, source: 'v', body: c.body, headers: { ...c.headers, [name]: mutateString(value, i) }, query: q });
+    for (const i of positions(value.length))
+      tries.push({ what: `header ${name} byte ${i}`, source: 'v', body: c.body, headers: { ...c.headers, [name]: mutateString(value, i) }, query: q });
   }
   if (c.mutateQuery === true && c.query !== undefined) {
     // Position 0 is the `?` itself; from 1 on, every byte of the signed query.
-    for (const i of positions(q.length).filter((i) => i > 0)) tries.push({ what: `query byte ${i}`, source: 'v', body: c.body, headers: c.headers, query: mutateString(q, i) });
+    for (const i of positions(q.length).filter((i) => i > 0))
+      tries.push({ what: `query byte ${i}`, source: 'v', body: c.body, headers: c.headers, query: mutateString(q, i) });
   }
   for (const i of secretPositions) tries.push({ what: `secret byte ${i}`, source: `s${i}`, body: c.body, headers: c.headers, query: q });
   try {

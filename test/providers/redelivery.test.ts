@@ -10,7 +10,12 @@ describe('redeliveries whose bodies differ only in per-attempt fields', () => {
   let app: RunningApp;
   const src = (name: string) => app.config.sources.get(name) as ResolvedSource;
   beforeAll(async () => {
-    app = await startApp(makeConfig({ sources: { stripe: { provider: 'stripe', secret: 'whsec_redelivery' }, mailgun: { provider: 'mailgun', secret: 'key-redelivery' } } }, tmp.dir));
+    app = await startApp(
+      makeConfig(
+        { sources: { stripe: { provider: 'stripe', secret: 'whsec_redelivery' }, mailgun: { provider: 'mailgun', secret: 'key-redelivery' } } },
+        tmp.dir,
+      ),
+    );
   });
   afterAll(async () => {
     await app.close();
@@ -19,7 +24,7 @@ describe('redeliveries whose bodies differ only in per-attempt fields', () => {
   const rows = () => (app.store.db.prepare('SELECT count(*) AS n FROM events').get() as { n: number }).n;
   const conflicts = () => (app.store.db.prepare('SELECT count(*) AS n FROM conflicts').get() as { n: number }).n;
 
-  it("Stripe: a retry whose pending_webhooks changed gets the first answer; a changed object is a 409", async () => {
+  it('Stripe: a retry whose pending_webhooks changed gets the first answer; a changed object is a 409', async () => {
     const send = (obj: unknown) => {
       const body = Buffer.from(JSON.stringify(obj));
       return post(`${app.url}/webhooks/stripe`, body, stripe.sign(body, 'whsec_redelivery', Date.now(), src('stripe'), '').headers);

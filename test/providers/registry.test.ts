@@ -41,7 +41,8 @@ describe('send-test round trip: sample() signed by sign() is accepted by the sam
   let h: Harness;
   beforeAll(async () => {
     const sources: Record<string, Record<string, unknown>> = {};
-    for (const name of providerNames()) sources[name] = { provider: name, ...(name === 'none' ? {} : { secret: 'whsec_c2VuZC10ZXN0LXJvdW5kLXRyaXAtc2VjcmV0' }), ...OPTIONS[name] };
+    for (const name of providerNames())
+      sources[name] = { provider: name, ...(name === 'none' ? {} : { secret: 'whsec_c2VuZC10ZXN0LXJvdW5kLXRyaXAtc2VjcmV0' }), ...OPTIONS[name] };
     sources.asaasOverride = { provider: 'asaas', secret: 'asaas-token', successStatus: 202 };
     h = await startSources(sources, NOW);
   });
@@ -59,7 +60,9 @@ describe('send-test round trip: sample() signed by sign() is accepted by the sam
       // Two samples are two events (fresh ids), not a duplicate of the first.
       const second = source.provider.sample(NOW);
       const signed2 = source.provider.sign(second, source.secrets[0]?.reveal() ?? '', NOW, source, h.url(name));
-      expect((await h.send(name, signed2.body ?? second, { 'content-type': 'application/json', ...signed2.headers })).status).toBe(DOCUMENTED[name]?.successStatus);
+      expect((await h.send(name, signed2.body ?? second, { 'content-type': 'application/json', ...signed2.headers })).status).toBe(
+        DOCUMENTED[name]?.successStatus,
+      );
       expect(h.rows(name)).toBe(2);
     });
   }

@@ -33,7 +33,10 @@ beforeAll(async () => {
       paddle: { provider: 'paddle', secret: PADDLE_NEW },
       paddleAccept: { provider: 'paddle', secret: PADDLE_NEW, onConflict: 'accept' },
       shopify: { provider: 'shopify', secret: 'shpss_secret' },
-      asaas: { provider: 'asaas', secret: '$aact_YTU5YTE0M2M2N2I4MTliNzk0YTI5N2U5MzdjNWZmNDQ6OjAwMDAwMDAwMDAwMDAwNzQ4NDk6OiRhYWNoXzk3YjI3ODc2LWMxNGItNDY2Zi05YzY4LTc0NWI5ODBkMzE2Ng==' },
+      asaas: {
+        provider: 'asaas',
+        secret: '$aact_YTU5YTE0M2M2N2I4MTliNzk0YTI5N2U5MzdjNWZmNDQ6OjAwMDAwMDAwMDAwMDAwNzQ4NDk6OiRhYWNoXzk3YjI3ODc2LWMxNGItNDY2Zi05YzY4LTc0NWI5ODBkMzE2Ng==',
+      },
       lemon: { provider: 'lemonsqueezy', secret: 'ls_signing_secret_123' },
     },
     NOW,
@@ -51,12 +54,18 @@ describe('gitlab', () => {
     expect((await h.send('gitlab', body, { ...base, 'x-gitlab-token': `${GITLAB_TOKEN}x` })).status).toBe(401);
     expect(h.rows('gitlab')).toBe(0);
     expect((await h.send('gitlab', body, { ...base, 'x-gitlab-token': GITLAB_TOKEN })).status).toBe(202);
-    expect((await h.send('gitlab', body, { ...base, 'x-gitlab-token': 'old-token', 'idempotency-key': 'a0000000-0000-4000-8000-000000000002' })).status).toBe(202);
+    expect((await h.send('gitlab', body, { ...base, 'x-gitlab-token': 'old-token', 'idempotency-key': 'a0000000-0000-4000-8000-000000000002' })).status).toBe(
+      202,
+    );
   });
 
   it('delivery id: Idempotency-Key, else X-Gitlab-Event-UUID, else the body hash; type from the header, else object_kind', async () => {
     const other = Buffer.from(body.toString().replace('da1560886d4f094c3e6c9ef40349f7d38b5d27d7', 'ea1560886d4f094c3e6c9ef40349f7d38b5d27d7'));
-    await h.send('gitlab', body, { 'x-gitlab-token': GITLAB_TOKEN, 'x-gitlab-event': 'Push Hook', 'x-gitlab-event-uuid': '13792a34-cac6-4fda-95a8-c58e00a3954e' });
+    await h.send('gitlab', body, {
+      'x-gitlab-token': GITLAB_TOKEN,
+      'x-gitlab-event': 'Push Hook',
+      'x-gitlab-event-uuid': '13792a34-cac6-4fda-95a8-c58e00a3954e',
+    });
     await h.send('gitlab', other, { 'x-gitlab-token': GITLAB_TOKEN });
     const rows = h.app.store.db.prepare("SELECT delivery_id, event_type FROM events WHERE source = 'gitlab' ORDER BY id").all();
     expect(rows.slice(2)).toEqual([
@@ -74,7 +83,16 @@ describe('gitlab', () => {
     expect(h.event('gitlabSigned')).toMatchObject({ delivery_id: id, event_type: 'Push Hook' });
     // A stale signature is refused, as Standard Webhooks requires.
     const old = new Webhook(GITLAB_SIGNING).sign('b0000000-0000-4000-8000-000000000002', new Date(NOW - 301_000), body);
-    expect((await h.send('gitlabSigned', body, { ...headers, 'webhook-id': 'b0000000-0000-4000-8000-000000000002', 'webhook-timestamp': String(T - 301), 'webhook-signature': old })).status).toBe(401);
+    expect(
+      (
+        await h.send('gitlabSigned', body, {
+          ...headers,
+          'webhook-id': 'b0000000-0000-4000-8000-000000000002',
+          'webhook-timestamp': String(T - 301),
+          'webhook-signature': old,
+        })
+      ).status,
+    ).toBe(401);
   });
 
   it('when the signature headers are present they decide: a wrong signature is refused even beside a right token', async () => {
@@ -85,7 +103,9 @@ describe('gitlab', () => {
 
 describe('mailwebhook: the secret is chosen by kid', () => {
   const body = fixture('mailwebhook.json');
-  const header = (secret: string, kid: string, t = T) => ({ 'x-mailwebhook-signature': `t=${t}, kid=${kid}, v1=${hmacB64(secret, Buffer.concat([Buffer.from(`${t}.`), body]))}` });
+  const header = (secret: string, kid: string, t = T) => ({
+    'x-mailwebhook-signature': `t=${t}, kid=${kid}, v1=${hmacB64(secret, Buffer.concat([Buffer.from(`${t}.`), body]))}`,
+  });
   const idem = (k: string) => ({ 'x-idempotency-key': k });
 
   it('keys: each kid verifies with its own key only; an unknown kid is refused', async () => {
@@ -123,7 +143,14 @@ describe('mailgun: the signature lives in the body', () => {
 
   it('form posts (routes forwarding a message) carry timestamp, token and signature as fields; keyed by Message-Id', async () => {
     const s = sign(String(T), 'tok-route-1');
-    const form = new URLSearchParams({ recipient: 'orders@mg.shop.example', sender: 'alice@example.com', subject: 'Order', 'body-plain': 'hi', 'Message-Id': '<20250501.1@example.com>', ...s });
+    const form = new URLSearchParams({
+      recipient: 'orders@mg.shop.example',
+      sender: 'alice@example.com',
+      subject: 'Order',
+      'body-plain': 'hi',
+      'Message-Id': '<20250501.1@example.com>',
+      ...s,
+    });
     const r = await h.send('mailgun', Buffer.from(form.toString()), { 'content-type': 'application/x-www-form-urlencoded' });
     expect(r.status, r.text).toBe(200);
     expect(h.event('mailgun')).toMatchObject({ delivery_id: 'message:<20250501.1@example.com>', event_type: 'inbound' });
@@ -172,13 +199,17 @@ describe('paddle', () => {
     const changed = Buffer.from(body.toString().replace('"status": "paid"', '"status": "billed"'));
     expect(changed.equals(body)).toBe(false);
     expect((await h.send('paddle', changed, header(changed))).status).toBe(409);
-    expect(h.app.store.db.prepare("SELECT count(*) AS n FROM conflicts WHERE source = 'paddle' AND delivery_id = 'evt_01h8bzakzx3hm2fmen703n5q45'").get()).toEqual({ n: 1 });
+    expect(
+      h.app.store.db.prepare("SELECT count(*) AS n FROM conflicts WHERE source = 'paddle' AND delivery_id = 'evt_01h8bzakzx3hm2fmen703n5q45'").get(),
+    ).toEqual({ n: 1 });
   });
 
   it('a body without event_id is a 400, stored nowhere', async () => {
     const noId = Buffer.from('{"event_type":"transaction.paid","notification_id":"ntf_x","data":{}}');
     const before = h.rows();
-    expect((await h.send('paddle', noId, { 'paddle-signature': `ts=${T};h1=${hmacHex(PADDLE_NEW, Buffer.concat([Buffer.from(`${T}:`), noId]))}` })).status).toBe(400);
+    expect(
+      (await h.send('paddle', noId, { 'paddle-signature': `ts=${T};h1=${hmacHex(PADDLE_NEW, Buffer.concat([Buffer.from(`${T}:`), noId]))}` })).status,
+    ).toBe(400);
     expect(h.rows()).toBe(before);
   });
 });
@@ -186,7 +217,10 @@ describe('paddle', () => {
 describe('shopify, asaas, lemon squeezy', () => {
   it('shopify without X-Shopify-Webhook-Id is a 400, stored nowhere', async () => {
     const body = fixture('shopify.json');
-    const r = await h.send('shopify', body, { 'x-shopify-hmac-sha256': createHmac('sha256', 'shpss_secret').update(body).digest('base64'), 'x-shopify-topic': 'orders/create' });
+    const r = await h.send('shopify', body, {
+      'x-shopify-hmac-sha256': createHmac('sha256', 'shpss_secret').update(body).digest('base64'),
+      'x-shopify-topic': 'orders/create',
+    });
     expect(r.status).toBe(400);
     expect(h.rows('shopify')).toBe(0);
   });

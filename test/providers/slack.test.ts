@@ -51,7 +51,7 @@ describe('slack url_verification', () => {
 });
 
 describe('slack events', () => {
-  it("a retry (new timestamp and signature, X-Slack-Retry-Num) is the same event: same answer, one row", async () => {
+  it('a retry (new timestamp and signature, X-Slack-Retry-Num) is the same event: same answer, one row', async () => {
     const body = fixture('slack.json');
     const first = await h.send('slack', body, signedHeaders(body));
     expect(first.status).toBe(202);
@@ -69,7 +69,9 @@ describe('slack events', () => {
   });
 
   it('interactivity (form field `payload`) and slash commands: typed, keyed by body hash', async () => {
-    const interaction = Buffer.from(`payload=${encodeURIComponent(JSON.stringify({ type: 'block_actions', user: { id: 'U123' }, actions: [{ action_id: 'approve' }] }))}`);
+    const interaction = Buffer.from(
+      `payload=${encodeURIComponent(JSON.stringify({ type: 'block_actions', user: { id: 'U123' }, actions: [{ action_id: 'approve' }] }))}`,
+    );
     const command = Buffer.from('token=x&team_id=T1&command=%2Fdeploy&text=prod&trigger_id=1.2.3');
     for (const body of [interaction, command]) expect((await h.send('strict', body, { ...signedHeaders(body), 'content-type': FORM })).status).toBe(202);
     const rows = h.app.store.db.prepare("SELECT delivery_id, event_type FROM events WHERE source = 'strict' ORDER BY id").all();

@@ -53,11 +53,14 @@ describe('twilio', () => {
   });
 
   it('parameters are sorted by name; a repeated name contributes each value, sorted', async () => {
-    const form = 'To=%2B15558675310&MediaUrl0=https%3A%2F%2Fapi.twilio.com%2Fm%2F2&Body=hello+world&From=%2B15017122661&MediaUrl0=https%3A%2F%2Fapi.twilio.com%2Fm%2F1&SmsStatus=received';
+    const form =
+      'To=%2B15558675310&MediaUrl0=https%3A%2F%2Fapi.twilio.com%2Fm%2F2&Body=hello+world&From=%2B15017122661&MediaUrl0=https%3A%2F%2Fapi.twilio.com%2Fm%2F1&SmsStatus=received';
     expect(twilioSignedString('https://x.example/h', form)).toBe(
       'https://x.example/hBodyhello worldFrom+15017122661MediaUrl0https://api.twilio.com/m/1MediaUrl0https://api.twilio.com/m/2SmsStatusreceivedTo+15558675310',
     );
-    const sig = createHmac('sha1', TOKEN).update(twilioSignedString(`${PUBLIC}`, form)).digest('base64');
+    const sig = createHmac('sha1', TOKEN)
+      .update(twilioSignedString(`${PUBLIC}`, form))
+      .digest('base64');
     const r = await h.send('proxied', Buffer.from(form), { 'x-twilio-signature': sig, 'content-type': FORM, 'i-twilio-idempotency-token': 'tok-media' });
     expect(r.status, r.text).toBe(202);
   });
@@ -71,13 +74,17 @@ describe('twilio', () => {
     expect((await h.send('proxied', changed, headers, query)).status).toBe(401);
     const r = await h.send('proxied', json, headers, query);
     expect(r.status, r.text).toBe(202);
-    expect(h.app.store.db.prepare("SELECT event_type FROM events WHERE delivery_id = 'tok-json'").get()).toEqual({ event_type: 'com.twilio.messaging.message.delivered' });
+    expect(h.app.store.db.prepare("SELECT event_type FROM events WHERE delivery_id = 'tok-json'").get()).toEqual({
+      event_type: 'com.twilio.messaging.message.delivered',
+    });
   });
 
   it('voice status callbacks are typed call.<status>', async () => {
     const form = 'CallSid=CA42&CallStatus=completed&From=%2B15017122661&To=%2B15558675310&AccountSid=AC1';
     const sig = twilioSign(PUBLIC, [...new URLSearchParams(form)]);
-    expect((await h.send('proxied', Buffer.from(form), { 'x-twilio-signature': sig, 'content-type': FORM, 'i-twilio-idempotency-token': 'tok-call' })).status).toBe(202);
+    expect(
+      (await h.send('proxied', Buffer.from(form), { 'x-twilio-signature': sig, 'content-type': FORM, 'i-twilio-idempotency-token': 'tok-call' })).status,
+    ).toBe(202);
     expect(h.app.store.db.prepare("SELECT event_type FROM events WHERE delivery_id = 'tok-call'").get()).toEqual({ event_type: 'call.completed' });
   });
 });

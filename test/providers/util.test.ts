@@ -9,6 +9,8 @@ describe('decodeSignature', () => {
     // 'R' differs from 'Q' only in the two bits a 20-byte value leaves unused.
     expect(decodeSignature(sig.replace('Q=', 'R='), 'base64').length).toBe(0);
     expect(decodeSignature(sig.replace('Q=', 'Q=='), 'base64').length).toBe(0);
-    expect(decodeSignature('g0hM9SsE-OTPJTGt_tmIKtSyZlE3uFJELVlNIOLJ1OE', 'base64')).toEqual(decodeSignature('g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=', 'base64'));
+    expect(decodeSignature('g0hM9SsE-OTPJTGt_tmIKtSyZlE3uFJELVlNIOLJ1OE', 'base64')).toEqual(
+      decodeSignature('g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=', 'base64'),
+    );
   });
 });

@@ -40,7 +40,14 @@ describe('provider vectors', () => {
     const { refused } = await expectVectorAndMutations(c, now);
     expect(refused).toBeGreaterThan(100);
     // During a roll Stripe signs with both secrets: either one alone accepts the header.
-    const h = await startSources({ old: { provider: 'stripe', secret: str(v, 'secret') }, new: { provider: 'stripe', secret: str(v, 'rotation_new_secret') }, both: { provider: 'stripe', secrets: [str(v, 'rotation_new_secret'), str(v, 'secret')] } }, now);
+    const h = await startSources(
+      {
+        old: { provider: 'stripe', secret: str(v, 'secret') },
+        new: { provider: 'stripe', secret: str(v, 'rotation_new_secret') },
+        both: { provider: 'stripe', secrets: [str(v, 'rotation_new_secret'), str(v, 'secret')] },
+      },
+      now,
+    );
     try {
       for (const s of ['old', 'new', 'both']) expect((await h.send(s, c.body, { 'stripe-signature': str(v, 'rotation_header_2_v1') })).status).toBe(202);
       expect((await h.send('new', c.body, c.headers)).status).toBe(401);
@@ -60,7 +67,14 @@ describe('provider vectors', () => {
     const now = (v.timestamp as number) * 1000 + 10_000;
     const headers = { 'webhook-id': str(v, 'id'), 'webhook-timestamp': String(v.timestamp), 'webhook-signature': str(v, 'webhook-signature') };
     await expectVectorAndMutations(
-      { options: { provider: 'standard-webhooks' }, secret: str(v, 'secret'), body: Buffer.from(str(v, 'body')), headers, signedHeaders: ['webhook-id', 'webhook-timestamp', 'webhook-signature'], expectStatus: 202 },
+      {
+        options: { provider: 'standard-webhooks' },
+        secret: str(v, 'secret'),
+        body: Buffer.from(str(v, 'body')),
+        headers,
+        signedHeaders: ['webhook-id', 'webhook-timestamp', 'webhook-signature'],
+        expectStatus: 202,
+      },
       now,
     );
     const h = await startSources({ second: { provider: 'standard-webhooks', secret: str(v, 'rotation_secret_2') } }, now);
@@ -77,12 +91,23 @@ describe('provider vectors', () => {
     const now = (v.timestamp as number) * 1000 + 10_000;
     const headers = { 'svix-id': str(v, 'id'), 'svix-timestamp': String(v.timestamp), 'svix-signature': str(v, 'svix-signature') };
     await expectVectorAndMutations(
-      { options: { provider: 'standard-webhooks' }, secret: str(v, 'secret'), body: Buffer.from(str(v, 'body')), headers, signedHeaders: ['svix-id', 'svix-timestamp', 'svix-signature'], expectStatus: 202 },
+      {
+        options: { provider: 'standard-webhooks' },
+        secret: str(v, 'secret'),
+        body: Buffer.from(str(v, 'body')),
+        headers,
+        signedHeaders: ['svix-id', 'svix-timestamp', 'svix-signature'],
+        expectStatus: 202,
+      },
       now,
     );
     const h = await startSources({ sw: { provider: 'standard-webhooks', secret: str(v, 'secret') } }, now);
     try {
-      const r = await h.send('sw', Buffer.from(str(v, 'body')), { 'webhook-id': str(v, 'id'), 'webhook-timestamp': String(v.timestamp), 'webhook-signature': str(v, 'svix-signature') });
+      const r = await h.send('sw', Buffer.from(str(v, 'body')), {
+        'webhook-id': str(v, 'id'),
+        'webhook-timestamp': String(v.timestamp),
+        'webhook-signature': str(v, 'svix-signature'),
+      });
       expect(r.status).toBe(202);
       expect(h.event('sw')?.event_type).toBe('user.created');
     } finally {
@@ -98,7 +123,14 @@ describe('provider vectors', () => {
       [str(second, 'secret'), str(second, 'body'), str(second, 'X-Hub-Signature-256')],
     ] as const) {
       await expectVectorAndMutations(
-        { options: { provider: 'github' }, secret, body: Buffer.from(body), headers: { 'x-hub-signature-256': sig, 'x-github-delivery': '72d3162e-cc78-11e3-81ab-4c9367dc0958', 'x-github-event': 'ping' }, signedHeaders: ['x-hub-signature-256'], expectStatus: 202 },
+        {
+          options: { provider: 'github' },
+          secret,
+          body: Buffer.from(body),
+          headers: { 'x-hub-signature-256': sig, 'x-github-delivery': '72d3162e-cc78-11e3-81ab-4c9367dc0958', 'x-github-event': 'ping' },
+          signedHeaders: ['x-hub-signature-256'],
+          expectStatus: 202,
+        },
         Date.now(),
       );
     }
@@ -112,7 +144,16 @@ describe('provider vectors', () => {
     const body = Buffer.from(new URLSearchParams(params).toString());
     const headers = { 'x-twilio-signature': str(v, 'X-Twilio-Signature'), 'content-type': FORM };
     await expectVectorAndMutations(
-      { options: { provider: 'twilio', publicUrl }, secret: str(v, 'auth_token'), body, headers, query: url.search, mutateQuery: true, signedHeaders: ['x-twilio-signature'], expectStatus: 202 },
+      {
+        options: { provider: 'twilio', publicUrl },
+        secret: str(v, 'auth_token'),
+        body,
+        headers,
+        query: url.search,
+        mutateQuery: true,
+        signedHeaders: ['x-twilio-signature'],
+        expectStatus: 202,
+      },
       Date.now(),
     );
     const variant = Buffer.from(new URLSearchParams({ ...params, Caller: '+14158675309', From: '+14158675309' }).toString());
@@ -157,7 +198,14 @@ describe('provider vectors', () => {
   it('paddle: vector, mutations of ts, h1, body and secret; 200 as Paddle expects', async () => {
     const v = cover('paddle');
     await expectVectorAndMutations(
-      { options: { provider: 'paddle' }, secret: str(v, 'secret'), body: Buffer.from(str(v, 'body')), headers: { 'paddle-signature': str(v, 'Paddle-Signature') }, signedHeaders: ['paddle-signature'], expectStatus: 200 },
+      {
+        options: { provider: 'paddle' },
+        secret: str(v, 'secret'),
+        body: Buffer.from(str(v, 'body')),
+        headers: { 'paddle-signature': str(v, 'Paddle-Signature') },
+        signedHeaders: ['paddle-signature'],
+        expectStatus: 200,
+      },
       (v.timestamp as number) * 1000 + 2_000,
     );
   });
@@ -184,7 +232,11 @@ describe('provider vectors', () => {
         options: { provider: 'shopify' },
         secret: str(v, 'secret'),
         body: Buffer.from(str(v, 'body')),
-        headers: { 'x-shopify-hmac-sha256': str(v, 'X-Shopify-Hmac-Sha256'), 'x-shopify-webhook-id': 'b54557e4-bdd9-4b37-8a5f-bf7d70bcd043', 'x-shopify-topic': 'orders/create' },
+        headers: {
+          'x-shopify-hmac-sha256': str(v, 'X-Shopify-Hmac-Sha256'),
+          'x-shopify-webhook-id': 'b54557e4-bdd9-4b37-8a5f-bf7d70bcd043',
+          'x-shopify-topic': 'orders/create',
+        },
         signedHeaders: ['x-shopify-hmac-sha256'],
         expectStatus: 202,
       },
@@ -195,7 +247,14 @@ describe('provider vectors', () => {
   it('lemon squeezy: vector and mutations', async () => {
     const v = cover('lemonsqueezy_nodecrypto');
     await expectVectorAndMutations(
-      { options: { provider: 'lemonsqueezy' }, secret: str(v, 'secret'), body: Buffer.from(str(v, 'body')), headers: { 'x-signature': str(v, 'X-Signature') }, signedHeaders: ['x-signature'], expectStatus: 202 },
+      {
+        options: { provider: 'lemonsqueezy' },
+        secret: str(v, 'secret'),
+        body: Buffer.from(str(v, 'body')),
+        headers: { 'x-signature': str(v, 'X-Signature') },
+        signedHeaders: ['x-signature'],
+        expectStatus: 202,
+      },
       Date.now(),
     );
   });
@@ -225,7 +284,14 @@ describe('provider vectors', () => {
     const v = cover('generic_nodecrypto');
     for (const encoding of ['hex', 'base64'] as const) {
       await expectVectorAndMutations(
-        { options: { provider: 'hmac-sha256', header: 'X-Signature', encoding }, secret: str(v, 'secret'), body: Buffer.from(str(v, 'body')), headers: { 'x-signature': str(v, encoding) }, signedHeaders: ['x-signature'], expectStatus: 202 },
+        {
+          options: { provider: 'hmac-sha256', header: 'X-Signature', encoding },
+          secret: str(v, 'secret'),
+          body: Buffer.from(str(v, 'body')),
+          headers: { 'x-signature': str(v, encoding) },
+          signedHeaders: ['x-signature'],
+          expectStatus: 202,
+        },
         Date.now(),
       );
     }

@@ -2,7 +2,20 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { startServe, tempDir, writeConfig } from '../helpers.js';
-import { deliverUntilAcked, liveTarget, inspect, integrityCheck, newTally, percentile, printReport, round1, SECRET_ENV, shopSource, SIZES, TEST_TIMEOUT_MS } from './harness.js';
+import {
+  deliverUntilAcked,
+  liveTarget,
+  inspect,
+  integrityCheck,
+  newTally,
+  percentile,
+  printReport,
+  round1,
+  SECRET_ENV,
+  shopSource,
+  SIZES,
+  TEST_TIMEOUT_MS,
+} from './harness.js';
 
 /**
  * A retry storm against a locked database: another process holds the write lock longer
@@ -32,9 +45,16 @@ describe('reliability: a retry storm against a locked database', () => {
         Array.from({ length: 32 }, async () => {
           while (holding && next < cap && Date.now() < deadline) {
             const id = `busy-${next++}`;
-            await deliverUntilAcked(liveTarget(serve), '/webhooks/shop', { deliveryId: id, body: JSON.stringify({ id, type: 'order.paid' }) }, tally, deadline, (a) => {
-              if (a.status === 503) unavailableMs.push(a.ms);
-            });
+            await deliverUntilAcked(
+              liveTarget(serve),
+              '/webhooks/shop',
+              { deliveryId: id, body: JSON.stringify({ id, type: 'order.paid' }) },
+              tally,
+              deadline,
+              (a) => {
+                if (a.status === 503) unavailableMs.push(a.ms);
+              },
+            );
           }
         }),
       );

@@ -84,7 +84,13 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
   const configFile = writeConfig(o.dir, {
     sources: { shop: shopSource },
     routes: [
-      { name: 'fulfil', source: 'shop', events: ['order.*'], key: '{body.order}', effect: { exec: ['/bin/sh', '-c', EFFECT, 'effect', runsFile], timeoutSeconds: 1 } },
+      {
+        name: 'fulfil',
+        source: 'shop',
+        events: ['order.*'],
+        key: '{body.order}',
+        effect: { exec: ['/bin/sh', '-c', EFFECT, 'effect', runsFile], timeoutSeconds: 1 },
+      },
       { name: 'record', source: 'shop', events: ['order.*'], key: '{body.order}', effect: { module: './record.mjs', timeoutSeconds: 1 } },
     ],
     // A short lease and effect timeout: a killed process's claim is taken back within seconds.
@@ -181,8 +187,12 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
   const serveExitCode = await serve.stop();
 
   // --- what the database and the effect's own file say ---
-  const stored = new Map((db.prepare(`SELECT delivery_id AS d, id FROM events WHERE source = 'shop'`).all() as { d: string; id: number }[]).map((r) => [r.d, r.id]));
-  const byStatus = Object.fromEntries((db.prepare(`SELECT status, count(*) AS n FROM events GROUP BY status`).all() as { status: string; n: number }[]).map((r) => [r.status, r.n]));
+  const stored = new Map(
+    (db.prepare(`SELECT delivery_id AS d, id FROM events WHERE source = 'shop'`).all() as { d: string; id: number }[]).map((r) => [r.d, r.id]),
+  );
+  const byStatus = Object.fromEntries(
+    (db.prepare(`SELECT status, count(*) AS n FROM events GROUP BY status`).all() as { status: string; n: number }[]).map((r) => [r.status, r.n]),
+  );
   let lost = 0;
   for (const [deliveryId, eventId] of tally.acked) {
     const id = stored.get(deliveryId);
@@ -196,11 +206,22 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
   const done = byStatus.done ?? 0;
   if (done !== stored.size) violations.push(`${stored.size - done} events are not done: ${JSON.stringify(byStatus)}`);
 
-  const ledger = db.prepare(`SELECT effect_key AS effectKey, business_key AS key, status, runs FROM effects WHERE route = 'fulfil'`).all() as { effectKey: string; key: string; status: string; runs: number }[];
+  const ledger = db.prepare(`SELECT effect_key AS effectKey, business_key AS key, status, runs FROM effects WHERE route = 'fulfil'`).all() as {
+    effectKey: string;
+    key: string;
+    status: string;
+    runs: number;
+  }[];
   const runAttempts = db
-    .prepare(`SELECT a.event_id AS eventId, a.attempt, e.business_key AS key, a.outcome FROM attempts a JOIN effects e ON e.effect_key = a.effect_key WHERE e.route = 'fulfil' AND a.outcome IN ('ok', 'failed', 'running')`)
+    .prepare(
+      `SELECT a.event_id AS eventId, a.attempt, e.business_key AS key, a.outcome FROM attempts a JOIN effects e ON e.effect_key = a.effect_key WHERE e.route = 'fulfil' AND a.outcome IN ('ok', 'failed', 'running')`,
+    )
     .all() as { eventId: number; attempt: number; key: string; outcome: 'ok' | 'failed' | 'running' }[];
-  const moduleLedger = db.prepare(`SELECT f.business_key AS key, f.status, f.runs, a.n FROM effects f LEFT JOIN applied a ON a.business_key = f.business_key WHERE f.route = 'record'`).all() as { key: string; status: string; runs: number; n: number | null }[];
+  const moduleLedger = db
+    .prepare(
+      `SELECT f.business_key AS key, f.status, f.runs, a.n FROM effects f LEFT JOIN applied a ON a.business_key = f.business_key WHERE f.route = 'record'`,
+    )
+    .all() as { key: string; status: string; runs: number; n: number | null }[];
   const appliedRows = (db.prepare(`SELECT count(*) AS c FROM applied`).get() as { c: number }).c;
   const integrity = integrityCheck(db);
   db.close();
@@ -258,7 +279,8 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
   for (const key of expectedKeys) violations.push(`business key ${key} has no effect in the ledger`);
   let moduleApplied = 0;
   for (const m of moduleLedger) {
-    if (m.status !== 'done' || m.runs !== 1 || m.n !== 1) violations.push(`module effect record:${m.key} is ${m.status} after ${m.runs} runs, applied ${m.n ?? 0} times`);
+    if (m.status !== 'done' || m.runs !== 1 || m.n !== 1)
+      violations.push(`module effect record:${m.key} is ${m.status} after ${m.runs} runs, applied ${m.n ?? 0} times`);
     else moduleApplied += 1;
   }
   if (moduleLedger.length !== ledger.length || appliedRows !== moduleLedger.length) {
@@ -267,7 +289,8 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
   if (ledgerRepeats !== interrupted.size + failedRuns) {
     violations.push(`the ledger shows ${ledgerRepeats} repeats; kills interrupted ${interrupted.size} runs and ${failedRuns} runs failed`);
   }
-  if (interruptedRows !== interrupted.size) violations.push(`${interruptedRows} attempts were left running; ${interrupted.size} runs were seen running at a kill`);
+  if (interruptedRows !== interrupted.size)
+    violations.push(`${interruptedRows} attempts were left running; ${interrupted.size} runs were seen running at a kill`);
   if (interrupted.size > kills.length) violations.push(`${interrupted.size} runs interrupted by ${kills.length} kills of a serial drain`);
   for (const r of interrupted) {
     const [key, runs] = r.split('#');
@@ -323,7 +346,8 @@ async function watched(work: Promise<unknown>, serve: RestartableServe, progress
       if (serve.failure !== undefined) throw serve.failure;
       const now = progress();
       if (now !== last) [last, since] = [now, Date.now()];
-      else if (Date.now() - since > 60_000) throw new Error(`no progress for 60 s (at ${now}); last lines of the trace:\n${trail().split('\n').slice(-10).join('\n')}`);
+      else if (Date.now() - since > 60_000)
+        throw new Error(`no progress for 60 s (at ${now}); last lines of the trace:\n${trail().split('\n').slice(-10).join('\n')}`);
       await sleep(250);
     }
   })();

@@ -37,7 +37,7 @@ function fill(file: string, maxBytes: number): number {
       }
     }
     // Then the last few bytes, one small write at a time.
-    for (let small = Buffer.alloc(512); written < maxBytes; ) {
+    for (let small = Buffer.alloc(512); written < maxBytes;) {
       try {
         written += writeSync(fd, small);
       } catch {
@@ -68,7 +68,12 @@ describe('reliability: a full disk', () => {
       let serve: ServeProcess | undefined;
       try {
         const dbPath = join(mnt, 'receiver.db');
-        const file = writeConfig(tmp.dir, { database: dbPath, sources: { shop: shopSource }, drain: { leaseSeconds: 2, pollMs: 100 }, shutdownGraceSeconds: 5 });
+        const file = writeConfig(tmp.dir, {
+          database: dbPath,
+          sources: { shop: shopSource },
+          drain: { leaseSeconds: 2, pollMs: 100 },
+          shutdownGraceSeconds: 5,
+        });
         serve = await startServe(file, { env: SECRET_ENV });
         let url = `${serve.url}/webhooks/shop`;
         let n = 0;
@@ -119,7 +124,9 @@ describe('reliability: a full disk', () => {
         // Nothing half-written: the file is intact, every 202 is stored whole, no 503 is stored.
         const db = inspect(dbPath);
         const whileFull = integrityCheck(db);
-        const rows = new Map((db.prepare(`SELECT delivery_id AS id, body FROM events`).all() as { id: string; body: Buffer }[]).map((r) => [r.id, r.body.toString()]));
+        const rows = new Map(
+          (db.prepare(`SELECT delivery_id AS id, body FROM events`).all() as { id: string; body: Buffer }[]).map((r) => [r.id, r.body.toString()]),
+        );
         db.close();
         expect(whileFull).toBe('ok');
         for (const id of acked) expect(rows.has(id)).toBe(true);
@@ -150,7 +157,7 @@ describe('reliability: a full disk', () => {
         // The drain, which also hit the full disk, catches up (bounded wait).
         const check = inspect(dbPath);
         const notDone = check.prepare(`SELECT count(*) AS n FROM events WHERE status <> 'done'`);
-        for (let t = Date.now(); (notDone.get() as { n: number }).n > 0 && Date.now() - t < 20_000; ) await sleep(100);
+        for (let t = Date.now(); (notDone.get() as { n: number }).n > 0 && Date.now() - t < 20_000;) await sleep(100);
         const left = (notDone.get() as { n: number }).n;
         const stored = (check.prepare(`SELECT count(*) AS n FROM events`).get() as { n: number }).n;
         const afterwards = integrityCheck(check);

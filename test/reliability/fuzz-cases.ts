@@ -10,7 +10,14 @@ import { signShop } from './harness.js';
 
 /** The sources the fuzz server knows: the generic HMAC one and three named senders. */
 export const fuzzSources = {
-  shop: { provider: 'hmac-sha256', header: 'X-Signature', encoding: 'hex', secret: 'env:RELIABILITY_SECRET', deliveryId: '{body.id}', eventType: '{body.type}' },
+  shop: {
+    provider: 'hmac-sha256',
+    header: 'X-Signature',
+    encoding: 'hex',
+    secret: 'env:RELIABILITY_SECRET',
+    deliveryId: '{body.id}',
+    eventType: '{body.type}',
+  },
   stripe: { provider: 'stripe', secret: 'whsec_reliability_fuzz' },
   gh: { provider: 'github', secret: 'gh-reliability-fuzz' },
   sw: { provider: 'standard-webhooks', secret: `whsec_${Buffer.from('reliability-fuzz-standard-key').toString('base64')}` },
@@ -110,16 +117,75 @@ export function encode(spec: RequestSpec, sign: Signer): FuzzCase {
   };
 }
 
-export const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'TRACE', 'CONNECT', 'PROPFIND', 'MKCOL', 'LOCK', 'SEARCH', 'QUERY', 'PURGE', 'M-SEARCH', 'FOO', 'post', 'P0ST', 'GET\tX'];
+export const METHODS = [
+  'GET',
+  'HEAD',
+  'POST',
+  'PUT',
+  'DELETE',
+  'PATCH',
+  'OPTIONS',
+  'TRACE',
+  'CONNECT',
+  'PROPFIND',
+  'MKCOL',
+  'LOCK',
+  'SEARCH',
+  'QUERY',
+  'PURGE',
+  'M-SEARCH',
+  'FOO',
+  'post',
+  'P0ST',
+  'GET\tX',
+];
 
 /** Odd `:source` values: encoded slashes, dots, case, prototype names, broken escapes, very long. */
 export const ODD_TARGETS = [
-  '/webhooks/shop/', '/webhooks/', '/webhooks', '/webhooks//shop', '/webhooks/shop?x=1&x=2', '/webhooks/shop#frag', '/WEBHOOKS/shop', '/webhooks/SHOP',
-  '/webhooks/sh%6Fp', '/webhooks/shop%2F..%2Fstripe', '/webhooks/%2e%2e', '/webhooks/..', '/webhooks/.', '/webhooks/../webhooks/shop', '/webhooks/shop/..',
-  '/webhooks/%2F', '/webhooks/a%2Fb', '/webhooks/%', '/webhooks/%ZZ', '/webhooks/%E0%A4%A', '/webhooks/%00', '/webhooks/shop%00', '/webhooks/shop%20',
-  '/webhooks/%F0%9F%92%A9', '/webhooks/__proto__', '/webhooks/constructor', '/webhooks/toString', '/webhooks/hasOwnProperty', '/webhooks/valueOf',
-  '/webhooks/shop;x=1', '/webhooks/shop\\', '/webhooks/\u00ff\u00fe', `/webhooks/${'a'.repeat(2000)}`, `/webhooks/${'%2e'.repeat(2000)}`, `/webhooks/${'x'.repeat(70_000)}`,
-  '*', 'http://127.0.0.1/webhooks/shop', 'http://evil.example/webhooks/shop', '//webhooks/shop', 'webhooks/shop', '/healthz', '/metrics', '/', '/../../etc/passwd',
+  '/webhooks/shop/',
+  '/webhooks/',
+  '/webhooks',
+  '/webhooks//shop',
+  '/webhooks/shop?x=1&x=2',
+  '/webhooks/shop#frag',
+  '/WEBHOOKS/shop',
+  '/webhooks/SHOP',
+  '/webhooks/sh%6Fp',
+  '/webhooks/shop%2F..%2Fstripe',
+  '/webhooks/%2e%2e',
+  '/webhooks/..',
+  '/webhooks/.',
+  '/webhooks/../webhooks/shop',
+  '/webhooks/shop/..',
+  '/webhooks/%2F',
+  '/webhooks/a%2Fb',
+  '/webhooks/%',
+  '/webhooks/%ZZ',
+  '/webhooks/%E0%A4%A',
+  '/webhooks/%00',
+  '/webhooks/shop%00',
+  '/webhooks/shop%20',
+  '/webhooks/%F0%9F%92%A9',
+  '/webhooks/__proto__',
+  '/webhooks/constructor',
+  '/webhooks/toString',
+  '/webhooks/hasOwnProperty',
+  '/webhooks/valueOf',
+  '/webhooks/shop;x=1',
+  '/webhooks/shop\\',
+  '/webhooks/\u00ff\u00fe',
+  `/webhooks/${'a'.repeat(2000)}`,
+  `/webhooks/${'%2e'.repeat(2000)}`,
+  `/webhooks/${'x'.repeat(70_000)}`,
+  '*',
+  'http://127.0.0.1/webhooks/shop',
+  'http://evil.example/webhooks/shop',
+  '//webhooks/shop',
+  'webhooks/shop',
+  '/healthz',
+  '/metrics',
+  '/',
+  '/../../etc/passwd',
 ];
 
 /** A JSON text nested `depth` levels deep (arrays or objects), not closed when `open`. */
@@ -151,8 +217,14 @@ export function corpus(sign: Signer, maxBodyBytes: number): FuzzCase[] {
     [],
     [['X-Signature', '']],
     [['X-Signature', ' ']],
-    [['X-Signature', '00'], ['X-Signature', '11']],
-    [['X-Signature', signShop(json)['x-signature']!], ['X-Signature', signShop(json)['x-signature']!]],
+    [
+      ['X-Signature', '00'],
+      ['X-Signature', '11'],
+    ],
+    [
+      ['X-Signature', signShop(json)['x-signature']!],
+      ['X-Signature', signShop(json)['x-signature']!],
+    ],
     [['X-Signature', 'a'.repeat(15_000)]],
     [['X-Signature', 'z'.repeat(15_000)]],
     [['X-Signature', 'f'.repeat(64 * 1024)]],
@@ -166,23 +238,78 @@ export function corpus(sign: Signer, maxBodyBytes: number): FuzzCase[] {
   const stripeSigs = [
     't=' + '9'.repeat(5000) + ',v1=' + '0'.repeat(64),
     't=1,' + Array.from({ length: 2000 }, () => 'v1=' + '0'.repeat(64)).join(','),
-    't=,v1=', ',,,,', '=', 't=1', 'v1=00', `t=${Math.floor(Date.now() / 1000)},v1=zz`, 't=-1,v1=00', 't=1e10,v1=00', 't=0x10,v1=00', `t=${'1'.repeat(12)},v1=00`,
-    't=1,t=2,v1=00', 'v0=00,t=1', '\u00ff=\u00fe',
+    't=,v1=',
+    ',,,,',
+    '=',
+    't=1',
+    'v1=00',
+    `t=${Math.floor(Date.now() / 1000)},v1=zz`,
+    't=-1,v1=00',
+    't=1e10,v1=00',
+    't=0x10,v1=00',
+    `t=${'1'.repeat(12)},v1=00`,
+    't=1,t=2,v1=00',
+    'v0=00,t=1',
+    '\u00ff=\u00fe',
   ];
-  for (const s of stripeSigs) specs.push({ name: `stripe-signature ${s.slice(0, 30)}`, target: '/webhooks/stripe', body: '{"id":"evt_1","type":"x"}', headers: [['Stripe-Signature', s]] });
+  for (const s of stripeSigs)
+    specs.push({
+      name: `stripe-signature ${s.slice(0, 30)}`,
+      target: '/webhooks/stripe',
+      body: '{"id":"evt_1","type":"x"}',
+      headers: [['Stripe-Signature', s]],
+    });
   const now = String(Math.floor(Date.now() / 1000));
   const swSigs: [string, string][][] = [
-    [['webhook-id', 'x'.repeat(10_000)], ['webhook-timestamp', now], ['webhook-signature', 'v1,AAAA']],
-    [['webhook-id', 'msg'], ['webhook-timestamp', now], ['webhook-signature', Array.from({ length: 3000 }, () => 'v1,AAAA').join(' ')]],
-    [['webhook-id', 'msg'], ['webhook-timestamp', now], ['webhook-signature', 'v1,' + '='.repeat(5000)]],
-    [['webhook-id', 'msg'], ['webhook-timestamp', '99999999999999999999'], ['webhook-signature', 'v1,AAAA']],
-    [['webhook-id', 'msg'], ['webhook-timestamp', now], ['webhook-signature', 'v1a,AAAA v2,BBBB ,,, v1,']],
-    [['svix-id', 'msg'], ['webhook-id', 'other'], ['svix-timestamp', now], ['svix-signature', 'v1,AAAA']],
-    [['webhook-id', ''], ['webhook-timestamp', ''], ['webhook-signature', '']],
+    [
+      ['webhook-id', 'x'.repeat(10_000)],
+      ['webhook-timestamp', now],
+      ['webhook-signature', 'v1,AAAA'],
+    ],
+    [
+      ['webhook-id', 'msg'],
+      ['webhook-timestamp', now],
+      ['webhook-signature', Array.from({ length: 3000 }, () => 'v1,AAAA').join(' ')],
+    ],
+    [
+      ['webhook-id', 'msg'],
+      ['webhook-timestamp', now],
+      ['webhook-signature', 'v1,' + '='.repeat(5000)],
+    ],
+    [
+      ['webhook-id', 'msg'],
+      ['webhook-timestamp', '99999999999999999999'],
+      ['webhook-signature', 'v1,AAAA'],
+    ],
+    [
+      ['webhook-id', 'msg'],
+      ['webhook-timestamp', now],
+      ['webhook-signature', 'v1a,AAAA v2,BBBB ,,, v1,'],
+    ],
+    [
+      ['svix-id', 'msg'],
+      ['webhook-id', 'other'],
+      ['svix-timestamp', now],
+      ['svix-signature', 'v1,AAAA'],
+    ],
+    [
+      ['webhook-id', ''],
+      ['webhook-timestamp', ''],
+      ['webhook-signature', ''],
+    ],
   ];
   for (const [i, headers] of swSigs.entries()) specs.push({ name: `standard-webhooks #${i}`, target: '/webhooks/sw', body: '{"type":"x"}', headers });
   const ghSigs = ['sha256=', 'sha256=' + 'g'.repeat(64), 'sha1=' + '0'.repeat(40), 'SHA256=' + '0'.repeat(64), 'sha256=' + '0'.repeat(10_000)];
-  for (const s of ghSigs) specs.push({ name: `github ${s.slice(0, 20)}`, target: '/webhooks/gh', body: '{}', headers: [['X-Hub-Signature-256', s], ['X-GitHub-Delivery', 'g1']] });
+  for (const s of ghSigs)
+    specs.push({
+      name: `github ${s.slice(0, 20)}`,
+      target: '/webhooks/gh',
+      body: '{}',
+      headers: [
+        ['X-Hub-Signature-256', s],
+        ['X-GitHub-Delivery', 'g1'],
+      ],
+    });
 
   // Bodies: empty, binary, invalid UTF-8, truncated, deeply nested, too large; unsigned.
   const bodies: [string, Buffer | string][] = [
@@ -232,7 +359,10 @@ export function corpus(sign: Signer, maxBodyBytes: number): FuzzCase[] {
   raw('content-length not a number', `POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Length: 1e3\r\n\r\n`);
   raw('content-length huge', `POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\nConnection: close\r\n\r\nabc`);
   raw('bad chunk size', `POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n`);
-  raw('chunk extension junk', `POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3;${'x'.repeat(10_000)}\r\nabc\r\n0\r\n\r\n`);
+  raw(
+    'chunk extension junk',
+    `POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3;${'x'.repeat(10_000)}\r\nabc\r\n0\r\n\r\n`,
+  );
   raw('transfer-encoding gzip', `POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nabc`);
   raw('no host', `POST /webhooks/shop HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`);
   raw('two hosts', `POST /webhooks/shop HTTP/1.1\r\nHost: a\r\nHost: b\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`);
@@ -249,12 +379,36 @@ export function corpus(sign: Signer, maxBodyBytes: number): FuzzCase[] {
   raw('bare CR', `POST /webhooks/shop HTTP/1.1\rHost: x\rContent-Length: 2\r\r{}`);
   raw('nul in header', `POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nX-Signature: 0\u00000\r\nContent-Length: 2\r\n\r\n{}`);
   raw('double space request line', `POST  /webhooks/shop  HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}`);
-  raw('pipelined valid-looking after junk', `POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\nPOST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`);
+  raw(
+    'pipelined valid-looking after junk',
+    `POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\nPOST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`,
+  );
   raw('empty', Buffer.alloc(0));
-  specs.push({ name: 'expect 100-continue', body: json, headers: [['Expect', '100-continue'], ['X-Signature', '00']] });
+  specs.push({
+    name: 'expect 100-continue',
+    body: json,
+    headers: [
+      ['Expect', '100-continue'],
+      ['X-Signature', '00'],
+    ],
+  });
   specs.push({ name: 'expect junk', body: json, headers: [['Expect', 'teapot']] });
-  specs.push({ name: 'content-encoding gzip junk', body: json, headers: [['Content-Encoding', 'gzip'], ['X-Signature', '00']] });
-  specs.push({ name: 'form body', body: 'id=x&type=y', headers: [['Content-Type', 'application/x-www-form-urlencoded'], ['X-Signature', '00']] });
+  specs.push({
+    name: 'content-encoding gzip junk',
+    body: json,
+    headers: [
+      ['Content-Encoding', 'gzip'],
+      ['X-Signature', '00'],
+    ],
+  });
+  specs.push({
+    name: 'form body',
+    body: 'id=x&type=y',
+    headers: [
+      ['Content-Type', 'application/x-www-form-urlencoded'],
+      ['X-Signature', '00'],
+    ],
+  });
   specs.push({ name: 'multipart junk', body: '--b\r\n\r\n--b--', headers: [['Content-Type', 'multipart/form-data; boundary=' + 'b'.repeat(5000)]] });
   specs.push({ name: 'many headers', body: json, headers: Array.from({ length: 1000 }, (_, i) => [`X-H${i}`, 'v'] as [string, string]) });
   specs.push({ name: 'huge cookie', body: json, headers: [['Cookie', 'a='.padEnd(15_000, 'b')]] });
@@ -274,15 +428,35 @@ const headerValue = fc.oneof(
   fc.constantFrom('t=1,v1=00', 'sha256=00', 'v1,AAAA', '', ' ', '0', '-1', '99999999999999999999'),
 );
 const headerName = fc.oneof(
-  fc.constantFrom('X-Signature', 'Stripe-Signature', 'X-Hub-Signature-256', 'X-GitHub-Delivery', 'X-GitHub-Event', 'X-GitHub-Hook-ID', 'webhook-id', 'webhook-timestamp', 'webhook-signature', 'svix-id', 'Content-Type', 'Expect', 'Connection', 'Authorization', 'Cookie'),
+  fc.constantFrom(
+    'X-Signature',
+    'Stripe-Signature',
+    'X-Hub-Signature-256',
+    'X-GitHub-Delivery',
+    'X-GitHub-Event',
+    'X-GitHub-Hook-ID',
+    'webhook-id',
+    'webhook-timestamp',
+    'webhook-signature',
+    'svix-id',
+    'Content-Type',
+    'Expect',
+    'Connection',
+    'Authorization',
+    'Cookie',
+  ),
   token.filter((t) => !/^(content-length|transfer-encoding|host)$/i.test(t)),
 );
 const bodyArb = fc.oneof(
   fc.uint8Array({ maxLength: 2048 }).map((a) => Buffer.from(a)),
   fc.jsonValue({ maxDepth: 6 }).map((v) => Buffer.from(JSON.stringify(v) ?? '')),
-  fc.record({ id: fc.oneof(fc.string(), fc.integer(), fc.constant(null), fc.object()), type: fc.string() }, { requiredKeys: [] }).map((v) => Buffer.from(JSON.stringify(v))),
+  fc
+    .record({ id: fc.oneof(fc.string(), fc.integer(), fc.constant(null), fc.object()), type: fc.string() }, { requiredKeys: [] })
+    .map((v) => Buffer.from(JSON.stringify(v))),
   fc.string({ unit: 'binary', maxLength: 500 }).map((s) => Buffer.from(s)),
-  fc.tuple(fc.integer({ min: 1, max: 5000 }), fc.constantFrom<'array' | 'object'>('array', 'object'), fc.boolean()).map(([d, k, open]) => Buffer.from(nested(d, k, open))),
+  fc
+    .tuple(fc.integer({ min: 1, max: 5000 }), fc.constantFrom<'array' | 'object'>('array', 'object'), fc.boolean())
+    .map(([d, k, open]) => Buffer.from(nested(d, k, open))),
   fc.constant(Buffer.alloc(0)),
 );
 const targetArb = fc.oneof(
@@ -298,7 +472,10 @@ export function caseArbitrary(sign: Signer, maxBodyBytes: number): fc.Arbitrary<
       method: fc.oneof({ weight: 6, arbitrary: fc.constant('POST') }, { weight: 3, arbitrary: fc.constantFrom(...METHODS) }, { weight: 1, arbitrary: token }),
       target: targetArb,
       headers: fc.array(fc.tuple(headerName, headerValue), { maxLength: 8 }),
-      body: fc.oneof({ weight: 9, arbitrary: bodyArb }, { weight: 1, arbitrary: fc.integer({ min: maxBodyBytes - 10, max: maxBodyBytes * 2 }).map((n) => Buffer.alloc(n, 0x7b)) }),
+      body: fc.oneof(
+        { weight: 9, arbitrary: bodyArb },
+        { weight: 1, arbitrary: fc.integer({ min: maxBodyBytes - 10, max: maxBodyBytes * 2 }).map((n) => Buffer.alloc(n, 0x7b)) },
+      ),
       framing: fc.constantFrom<Framing>('length', 'length', 'length', 'none', 'chunked', 'short-length', 'truncated', 'reset'),
       // Now and then a valid signature over the random body: it may be stored, and must not 5xx.
       signedFor: fc.option(fc.constantFrom(...SOURCE_NAMES), { freq: 5 }),

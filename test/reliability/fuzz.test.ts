@@ -26,7 +26,15 @@ describe('reliability: hostile input at the HTTP layer', () => {
       try {
         const report = await runFuzz(
           { url: app.url, port: Number(new URL(app.url).port), dbPath: config.database, alive: () => true },
-          { generated: LONG ? 1000 : SIZES.fuzz, seed: SIZES.seed, sign: makeSigner(config.sources, app.url), maxBodyBytes: MAX_BODY, concurrency: 8, validEvery: 10, deadline: Date.now() + TEST_TIMEOUT_MS - 10_000 },
+          {
+            generated: LONG ? 1000 : SIZES.fuzz,
+            seed: SIZES.seed,
+            sign: makeSigner(config.sources, app.url),
+            maxBodyBytes: MAX_BODY,
+            concurrency: 8,
+            validEvery: 10,
+            deadline: Date.now() + TEST_TIMEOUT_MS - 10_000,
+          },
         );
         printReport(`fuzz, in-process server (seed ${SIZES.seed})`, report);
         expect(report.violations).toEqual([]);
@@ -52,7 +60,15 @@ describe('reliability: hostile input at the HTTP layer', () => {
       try {
         const report = await runFuzz(
           { url: serve.url, port: serve.port, dbPath: join(dir, 'receiver.db'), alive: () => serve.child.exitCode === null && serve.child.signalCode === null },
-          { generated: LONG ? SIZES.fuzz : 0, seed: SIZES.seed + 1, sign: makeSigner(config.sources, serve.url), maxBodyBytes: MAX_BODY, concurrency: 8, validEvery: 10, deadline: Date.now() + TEST_TIMEOUT_MS - 10_000 },
+          {
+            generated: LONG ? SIZES.fuzz : 0,
+            seed: SIZES.seed + 1,
+            sign: makeSigner(config.sources, serve.url),
+            maxBodyBytes: MAX_BODY,
+            concurrency: 8,
+            validEvery: 10,
+            deadline: Date.now() + TEST_TIMEOUT_MS - 10_000,
+          },
         );
         printReport(`fuzz, receiver serve (seed ${SIZES.seed + 1})`, report);
         expect(report.violations).toEqual([]);
@@ -61,7 +77,10 @@ describe('reliability: hostile input at the HTTP layer', () => {
         exit = await serve.stop();
       }
       expect(exit).toBe(0);
-      const failures = serve.output().stderr.split('\n').filter((l) => /"level":"(error|fatal)"/.test(l));
+      const failures = serve
+        .output()
+        .stderr.split('\n')
+        .filter((l) => /"level":"(error|fatal)"/.test(l));
       expect(failures).toEqual([]);
     },
     TEST_TIMEOUT_MS,

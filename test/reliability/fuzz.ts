@@ -83,7 +83,12 @@ export async function runFuzz(target: FuzzTarget, o: FuzzOptions): Promise<FuzzR
       signedCases += 1;
       signed.add(`${c.signedFor.source}|sha:${c.signedFor.bodySha256}`);
     }
-    const a = await rawRequest(target.port, c.bytes, { endAfterWrite: c.endAfterWrite, resetAfterWrite: c.resetAfterWrite === true, timeoutMs: 10_000, headOnly: c.method === 'HEAD' });
+    const a = await rawRequest(target.port, c.bytes, {
+      endAfterWrite: c.endAfterWrite,
+      resetAfterWrite: c.resetAfterWrite === true,
+      timeoutMs: 10_000,
+      headOnly: c.method === 'HEAD',
+    });
     cases += 1;
     const key = a.status === undefined ? (a.timedOut ? 'hang' : 'closed') : String(a.status);
     statuses.set(key, (statuses.get(key) ?? 0) + 1);
@@ -91,8 +96,10 @@ export async function runFuzz(target: FuzzTarget, o: FuzzOptions): Promise<FuzzR
     if (a.timedOut) violation(`${c.name}: no answer and no close within 10 s`);
     if (a.status !== undefined && a.status >= 500) violation(`${c.name}: ${a.status} ${a.head.slice(0, 200)}`);
     // The ingest answer, not just the word (GET /metrics has outcome="accepted" labels).
-    if (a.status !== undefined && a.status < 300 && c.signedFor === undefined && a.head.includes('{"status":"accepted"')) violation(`${c.name}: accepted without a valid signature`);
-    if (c.allowed !== undefined && a.status !== undefined && !c.allowed.includes(a.status)) violation(`${c.name}: ${a.status}, expected one of ${c.allowed.join(', ')}: ${a.head.slice(0, 200)}`);
+    if (a.status !== undefined && a.status < 300 && c.signedFor === undefined && a.head.includes('{"status":"accepted"'))
+      violation(`${c.name}: accepted without a valid signature`);
+    if (c.allowed !== undefined && a.status !== undefined && !c.allowed.includes(a.status))
+      violation(`${c.name}: ${a.status}, expected one of ${c.allowed.join(', ')}: ${a.head.slice(0, 200)}`);
   };
 
   const runAll = async (list: readonly FuzzCase[]) => {
@@ -127,14 +134,19 @@ export async function runFuzz(target: FuzzTarget, o: FuzzOptions): Promise<FuzzR
   // Every stored row carries a valid signature: it is one of the deliveries signed above.
   const db = inspect(target.dbPath);
   // The raw body, hashed here: body_sha256 is the provider's content hash (Stripe leaves out pending_webhooks).
-  const rows = (db.prepare(`SELECT source, delivery_id AS deliveryId, body FROM events`).all() as { source: string; deliveryId: string; body: Buffer | null }[]).map((r) => ({
+  const rows = (
+    db.prepare(`SELECT source, delivery_id AS deliveryId, body FROM events`).all() as { source: string; deliveryId: string; body: Buffer | null }[]
+  ).map((r) => ({
     ...r,
-    sha: createHash('sha256').update(r.body ?? Buffer.alloc(0)).digest('hex'),
+    sha: createHash('sha256')
+      .update(r.body ?? Buffer.alloc(0))
+      .digest('hex'),
   }));
   const integrity = integrityCheck(db);
   db.close();
   for (const r of rows) {
-    if (!signed.has(`${r.source}|${r.deliveryId}`) && !signed.has(`${r.source}|sha:${r.sha}`)) violation(`stored without a valid signature: ${r.source}/${r.deliveryId.slice(0, 60)}`);
+    if (!signed.has(`${r.source}|${r.deliveryId}`) && !signed.has(`${r.source}|sha:${r.sha}`))
+      violation(`stored without a valid signature: ${r.source}/${r.deliveryId.slice(0, 60)}`);
   }
   if (integrity !== 'ok') violation(`integrity_check: ${integrity}`);
 

@@ -47,7 +47,9 @@ export function seedFrom(env: NodeJS.ProcessEnv, now: number = Date.now()): numb
 /** Call first in a test that uses SIZES.seed: when it fails, the line to replay it is printed. */
 export function printSeedOnFailure(file: string): void {
   onTestFailed(() => {
-    console.error(`\nreliability run failed with seed ${SIZES.seed}; replay it with:\n  RECEIVER_RELIABILITY_SEED=${SIZES.seed}${LONG ? ' RECEIVER_LONG=1' : ''} npx vitest run ${file}\n`);
+    console.error(
+      `\nreliability run failed with seed ${SIZES.seed}; replay it with:\n  RECEIVER_RELIABILITY_SEED=${SIZES.seed}${LONG ? ' RECEIVER_LONG=1' : ''} npx vitest run ${file}\n`,
+    );
   });
 }
 
@@ -94,7 +96,12 @@ export interface Answer {
 /** One POST; throws on a network error (refused, reset: the server is down or was killed). */
 export async function postOnce(url: string, body: Buffer | string, headers: Record<string, string>, timeoutMs = 15_000): Promise<Answer> {
   const t = performance.now();
-  const res = await fetch(url, { method: 'POST', headers, body: typeof body === 'string' ? body : new Uint8Array(body), signal: AbortSignal.timeout(timeoutMs) });
+  const res = await fetch(url, {
+    method: 'POST',
+    headers,
+    body: typeof body === 'string' ? body : new Uint8Array(body),
+    signal: AbortSignal.timeout(timeoutMs),
+  });
   const text = await res.text();
   return { status: res.status, text, retryAfter: res.headers.get('retry-after'), ms: performance.now() - t };
 }
@@ -203,7 +210,11 @@ export function liveTarget(serve: ServeProcess): () => Promise<ServeProcess> {
   return () =>
     serve.child.exitCode === null && serve.child.signalCode === null
       ? Promise.resolve(serve)
-      : Promise.reject(new Error(`receiver serve exited (code ${serve.child.exitCode}, signal ${serve.child.signalCode}):\n${serve.output().stderr.split('\n').slice(-20).join('\n')}`));
+      : Promise.reject(
+          new Error(
+            `receiver serve exited (code ${serve.child.exitCode}, signal ${serve.child.signalCode}):\n${serve.output().stderr.split('\n').slice(-20).join('\n')}`,
+          ),
+        );
 }
 
 export interface SendTally {
@@ -293,7 +304,11 @@ export interface RawAnswer {
  * `endAfterWrite` half-closes the connection: a body shorter than its Content-Length is then truncated;
  * `resetAfterWrite` resets it instead.
  */
-export function rawRequest(port: number, bytes: Buffer, options: { endAfterWrite?: boolean; resetAfterWrite?: boolean; timeoutMs?: number; headOnly?: boolean } = {}): Promise<RawAnswer> {
+export function rawRequest(
+  port: number,
+  bytes: Buffer,
+  options: { endAfterWrite?: boolean; resetAfterWrite?: boolean; timeoutMs?: number; headOnly?: boolean } = {},
+): Promise<RawAnswer> {
   return new Promise((resolve) => {
     const started = performance.now();
     const socket = connect(port, '127.0.0.1');
@@ -305,7 +320,10 @@ export function rawRequest(port: number, bytes: Buffer, options: { endAfterWrite
       clearTimeout(timer);
       socket.destroy();
       // The answer, past any interim 1xx (100 Continue).
-      const head = buf.toString('latin1').replace(/^(HTTP\/1\.[01] 1\d\d[^\r]*\r\n(?:[^\r]+\r\n)*\r\n)+/, '').slice(0, 4096);
+      const head = buf
+        .toString('latin1')
+        .replace(/^(HTTP\/1\.[01] 1\d\d[^\r]*\r\n(?:[^\r]+\r\n)*\r\n)+/, '')
+        .slice(0, 4096);
       const m = /^HTTP\/1\.[01] (\d{3})/.exec(head);
       resolve({ status: m === null ? undefined : Number(m[1]), head, timedOut, ms: performance.now() - started });
     };

@@ -3,7 +3,23 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runCli, startServe, tempDir, writeConfig, type CliResult } from '../helpers.js';
-import { deliverUntilAcked, liveTarget, inspect, integrityCheck, LONG, newTally, percentile, printReport, round1, SECRET_ENV, seeded, shopSource, SIZES, TEST_TIMEOUT_MS, printSeedOnFailure } from './harness.js';
+import {
+  deliverUntilAcked,
+  liveTarget,
+  inspect,
+  integrityCheck,
+  LONG,
+  newTally,
+  percentile,
+  printReport,
+  round1,
+  SECRET_ENV,
+  seeded,
+  shopSource,
+  SIZES,
+  TEST_TIMEOUT_MS,
+  printSeedOnFailure,
+} from './harness.js';
 
 /**
  * `purge`, `replay`, `stats` and `events list` run again and again against the database
@@ -101,7 +117,7 @@ describe('reliability: purge and replay while serve takes load', () => {
 
       // The drain finishes everything, replays included (bounded wait); "dead-" events end dead again.
       const notDone = db.prepare(`SELECT count(*) AS c FROM events WHERE status <> CASE WHEN delivery_id LIKE 'dead-%' THEN 'dead' ELSE 'done' END`);
-      for (const t = Date.now(); (notDone.get() as { c: number }).c > 0 && Date.now() - t < 30_000; ) await sleep(100);
+      for (const t = Date.now(); (notDone.get() as { c: number }).c > 0 && Date.now() - t < 30_000;) await sleep(100);
       const left = (notDone.get() as { c: number }).c;
       const exit = await serve.stop();
 

@@ -7,7 +7,8 @@ describe('reliability harness: a run is replayable from its seed', () => {
     expect(seedFrom({ RECEIVER_RELIABILITY_SEED: '0' })).toBe(0);
     expect(seedFrom({}, 2_147_483_647 + 42)).toBe(42);
     expect(seedFrom({ RECEIVER_RELIABILITY_SEED: '' }, 7)).toBe(7);
-    for (const bad of ['-1', '1.5', 'abc', String(2 ** 32)]) expect(() => seedFrom({ RECEIVER_RELIABILITY_SEED: bad })).toThrow(/RECEIVER_RELIABILITY_SEED must be a whole number/);
+    for (const bad of ['-1', '1.5', 'abc', String(2 ** 32)])
+      expect(() => seedFrom({ RECEIVER_RELIABILITY_SEED: bad })).toThrow(/RECEIVER_RELIABILITY_SEED must be a whole number/);
   });
 
   it('the same seed gives the same random sequence; another seed another one', () => {

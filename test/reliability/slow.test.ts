@@ -47,7 +47,7 @@ describe('reliability: slow clients', () => {
   afterAll(tmp.cleanup);
 
   it(
-    'tricklers do not raise other senders\' p99 and are cut off at requestTimeoutSeconds',
+    "tricklers do not raise other senders' p99 and are cut off at requestTimeoutSeconds",
     async () => {
       const requestTimeoutSeconds = 2;
       const file = writeConfig(tmp.dir, { sources: { shop: shopSource }, requestTimeoutSeconds, drain: { enabled: false } });
@@ -62,7 +62,12 @@ describe('reliability: slow clients', () => {
       try {
         // Baseline: the same senders with no trickler.
         const baseline = newTally();
-        await pool(Array.from({ length: 200 }, next), 8, deadline, async (d) => void (await deliverUntilAcked(target, '/webhooks/shop', d, baseline, deadline)));
+        await pool(
+          Array.from({ length: 200 }, next),
+          8,
+          deadline,
+          async (d) => void (await deliverUntilAcked(target, '/webhooks/shop', d, baseline, deadline)),
+        );
 
         // 100 tricklers (50 on headers, 50 on the body) while 8 senders keep delivering until every trickler is gone.
         const tricklers = Array.from({ length: 100 }, (_, i) => trickle(serve.port, i % 2 === 0 ? 'headers' : 'body', 30_000));
@@ -71,7 +76,8 @@ describe('reliability: slow clients', () => {
         const during = newTally();
         await Promise.all(
           Array.from({ length: 8 }, async () => {
-            for (let k = 0; open > 0 && k < SIZES.load && Date.now() < deadline; k++) await deliverUntilAcked(target, '/webhooks/shop', next(), during, deadline);
+            for (let k = 0; open > 0 && k < SIZES.load && Date.now() < deadline; k++)
+              await deliverUntilAcked(target, '/webhooks/shop', next(), during, deadline);
           }),
         );
         const results = await Promise.all(tricklers);

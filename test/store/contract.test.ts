@@ -180,7 +180,16 @@ describe.each(backends)('$name store contract', (backend) => {
       expect(r).toEqual({ outcome: 'accepted', eventId: r.eventId, status: 202, body: acceptedAnswer(r.eventId) });
       expect(r.eventId).toBeGreaterThan(0);
       const shown = await store.getEvent(r.eventId);
-      expect(shown).toMatchObject({ id: r.eventId, source: 'shop', deliveryId: 'd-1', eventType: 'order.paid', status: 'pending', attempts: 0, receivedAt: T0, responseStatus: 202 });
+      expect(shown).toMatchObject({
+        id: r.eventId,
+        source: 'shop',
+        deliveryId: 'd-1',
+        eventType: 'order.paid',
+        status: 'pending',
+        attempts: 0,
+        receivedAt: T0,
+        responseStatus: 202,
+      });
       expect(shown!.body!.equals(body)).toBe(true);
       expect(shown!.headers).toEqual({ 'content-type': 'application/json', 'x-request-id': 'd-1' });
       expect(shown!.extraIds).toEqual({ idempotencyKey: 'k1' });
@@ -213,7 +222,9 @@ describe.each(backends)('$name store contract', (backend) => {
       const first = await store.ingest(event('d-1', '{"a":1}'));
       // A sender repeating one conflicting delivery: every repeat is still answered 409.
       for (let i = 1; i <= 3; i++) expect((await store.ingest(event('d-1', '{"a":2}', { receivedAt: T0 + i * SEC }))).status).toBe(409);
-      const batch = await Promise.all([event('d-1', '{"a":2}'), event('d-1', '{"a":3}'), event('d-1', '{"a":2}')].map((e) => store.ingest({ ...e, receivedAt: T0 + 9 * SEC })));
+      const batch = await Promise.all(
+        [event('d-1', '{"a":2}'), event('d-1', '{"a":3}'), event('d-1', '{"a":2}')].map((e) => store.ingest({ ...e, receivedAt: T0 + 9 * SEC })),
+      );
       expect(batch.map((r) => r.outcome)).toEqual(['conflict', 'conflict', 'conflict']);
       const shown = await store.getEvent(first.eventId);
       expect(shown!.conflicts.map((c) => ({ receivedAt: c.receivedAt, repeats: c.repeats }))).toEqual([
@@ -356,7 +367,11 @@ describe.each(backends)('$name store contract', (backend) => {
 
       // The heartbeat moves every held lease forward; one taken over meanwhile is left alone.
       await o.exec(`UPDATE events SET lease_owner = 'thief' WHERE id = ${ids[2]}`);
-      await store.renewLeases(batch.map((e) => e.lease), T0 + 20 * SEC, LEASE);
+      await store.renewLeases(
+        batch.map((e) => e.lease),
+        T0 + 20 * SEC,
+        LEASE,
+      );
       expect((await store.getEvent(ids[0]!))!.leaseExpiresAt).toBe(T0 + 20 * SEC + LEASE);
       expect((await store.getEvent(ids[1]!))!.leaseExpiresAt).toBe(T0 + 20 * SEC + LEASE);
       expect((await store.getEvent(ids[2]!))!.leaseExpiresAt).toBe(T0 + LEASE);
@@ -408,11 +423,16 @@ describe.each(backends)('$name store contract', (backend) => {
       expect(busy).toMatchObject({ action: 'busy', heldByEventId: e1.id });
 
       if (d1.action !== 'run') throw new Error('expected run');
-      await store.finishEffect({ attemptId: d1.attemptId, effectKey: s1.effectKey, runToken: s1.runToken, outcome: 'ok', output: 'issued', wasDone: false }, T0 + 1);
+      await store.finishEffect(
+        { attemptId: d1.attemptId, effectKey: s1.effectKey, runToken: s1.runToken, outcome: 'ok', output: 'issued', wasDone: false },
+        T0 + 1,
+      );
       expect(await store.beginEffect(e2.lease, e2.attempt, start('licence', 'cus_1'), T0 + 2, LEASE)).toMatchObject({ action: 'skipped' });
 
       const shown = await store.getEvent(e1.id);
-      expect(shown!.attemptRows).toMatchObject([{ route: 'licence', effectKey: 'licence:cus_1', outcome: 'ok', output: 'issued', finishedAt: T0 + 1, forced: false }]);
+      expect(shown!.attemptRows).toMatchObject([
+        { route: 'licence', effectKey: 'licence:cus_1', outcome: 'ok', output: 'issued', finishedAt: T0 + 1, forced: false },
+      ]);
       expect(shown!.effects).toMatchObject([{ effectKey: 'licence:cus_1', status: 'done', eventId: e1.id, runs: 1 }]);
       expect((await store.getEvent(e2.id))!.attemptRows.map((a) => a.outcome)).toEqual(['busy', 'skipped']);
       expect((await store.stats(T0)).effectsByStatus).toEqual({ running: 0, done: 1, failed: 0 });
@@ -435,7 +455,10 @@ describe.each(backends)('$name store contract', (backend) => {
       const fresh = start('licence', 'k');
       await store.beginEffect(again!.lease, 2, fresh, T0 + LEASE, LEASE);
       if (d1.action !== 'run') throw new Error('expected run');
-      await store.finishEffect({ attemptId: d1.attemptId, effectKey: 'licence:k', runToken: old.runToken, outcome: 'failed', error: 'late', wasDone: false }, T0 + LEASE + 1);
+      await store.finishEffect(
+        { attemptId: d1.attemptId, effectKey: 'licence:k', runToken: old.runToken, outcome: 'failed', error: 'late', wasDone: false },
+        T0 + LEASE + 1,
+      );
       expect((await store.getEvent(e1.id))!.effects).toMatchObject([{ status: 'running', runs: 2, lastError: null }]);
     });
 
@@ -468,10 +491,7 @@ describe.each(backends)('$name store contract', (backend) => {
       const decisions = await Promise.all(
         keys.map(async (k) => {
           const [a, b] = await Promise.all([store.claimEvent(`mine-${k}`, T0, LEASE), other.claimEvent(`theirs-${k}`, T0, LEASE)]);
-          return Promise.all([
-            store.beginEffect(a!.lease, 1, start('licence', k), T0, LEASE),
-            other.beginEffect(b!.lease, 1, start('licence', k), T0, LEASE),
-          ]);
+          return Promise.all([store.beginEffect(a!.lease, 1, start('licence', k), T0, LEASE), other.beginEffect(b!.lease, 1, start('licence', k), T0, LEASE)]);
         }),
       );
       for (const pair of decisions) expect(pair.map((d) => d.action).sort()).toEqual(['busy', 'run']);
@@ -487,8 +507,18 @@ describe.each(backends)('$name store contract', (backend) => {
 
     it('records an attempt that ran no effect', async () => {
       const { id } = await claimed('a');
-      await store.recordAttempt({ eventId: id, attempt: 1, route: 'licence', outcome: 'failed', error: 'key template {body.x} resolved to nothing', startedAt: T0, finishedAt: T0 + 1 });
-      expect((await store.getEvent(id))!.attemptRows).toMatchObject([{ route: 'licence', effectKey: null, outcome: 'failed', error: 'key template {body.x} resolved to nothing' }]);
+      await store.recordAttempt({
+        eventId: id,
+        attempt: 1,
+        route: 'licence',
+        outcome: 'failed',
+        error: 'key template {body.x} resolved to nothing',
+        startedAt: T0,
+        finishedAt: T0 + 1,
+      });
+      expect((await store.getEvent(id))!.attemptRows).toMatchObject([
+        { route: 'licence', effectKey: null, outcome: 'failed', error: 'key template {body.x} resolved to nothing' },
+      ]);
     });
   });
 
@@ -512,7 +542,14 @@ describe.each(backends)('$name store contract', (backend) => {
 
       const e2 = await claimed('b');
       let ran = false;
-      const out2 = await store.runTransactionalEffect(e2.lease, 1, start('licence', 'cus_1'), async () => void (ran = true), () => T0, LEASE);
+      const out2 = await store.runTransactionalEffect(
+        e2.lease,
+        1,
+        start('licence', 'cus_1'),
+        async () => void (ran = true),
+        () => T0,
+        LEASE,
+      );
       expect(out2).toMatchObject({ action: 'skipped' });
       expect(ran).toBe(false);
       expect((await store.getEvent(e1.id))!.effects).toMatchObject([{ status: 'done', runs: 1 }]);
@@ -520,21 +557,44 @@ describe.each(backends)('$name store contract', (backend) => {
 
     it('completeOnOk: the event is marked done in the commit of its last effect; not when the handler throws', async () => {
       const e1 = await claimed('a');
-      const out = await store.runTransactionalEffect(e1.lease, 1, start('licence', 'cus_1'), async (db) => {
-        await db.run(`INSERT INTO licences (key, n) VALUES (${p(1)}, ${p(2)})`, ['cus_1', 1]);
-      }, () => T0 + 5, LEASE, { completeOnOk: true });
+      const out = await store.runTransactionalEffect(
+        e1.lease,
+        1,
+        start('licence', 'cus_1'),
+        async (db) => {
+          await db.run(`INSERT INTO licences (key, n) VALUES (${p(1)}, ${p(2)})`, ['cus_1', 1]);
+        },
+        () => T0 + 5,
+        LEASE,
+        { completeOnOk: true },
+      );
       expect(out).toMatchObject({ action: 'ok', completed: true });
       expect(await store.getEvent(e1.id)).toMatchObject({ status: 'done', finishedAt: T0 + 5, leaseOwner: null });
       expect(await licences()).toEqual(['cus_1=1']);
 
       const e2 = await claimed('b');
-      const failed = await store.runTransactionalEffect(e2.lease, 1, start('licence', 'cus_2'), async () => {
-        throw new Error('no');
-      }, () => T0, LEASE, { completeOnOk: true });
+      const failed = await store.runTransactionalEffect(
+        e2.lease,
+        1,
+        start('licence', 'cus_2'),
+        async () => {
+          throw new Error('no');
+        },
+        () => T0,
+        LEASE,
+        { completeOnOk: true },
+      );
       expect(failed).toMatchObject({ action: 'failed' });
       expect(await store.getEvent(e2.id)).toMatchObject({ status: 'processing' });
       const e3 = await claimed('c');
-      const plain = await store.runTransactionalEffect(e3.lease, 1, start('licence', 'cus_3'), async () => {}, () => T0, LEASE);
+      const plain = await store.runTransactionalEffect(
+        e3.lease,
+        1,
+        start('licence', 'cus_3'),
+        async () => {},
+        () => T0,
+        LEASE,
+      );
       expect(plain).toMatchObject({ action: 'ok', completed: false });
       expect(await store.getEvent(e3.id)).toMatchObject({ status: 'processing' });
     });
@@ -545,9 +605,16 @@ describe.each(backends)('$name store contract', (backend) => {
       const s1 = start('licence', 'cus_1');
       expect(await store.beginEffect(e1.lease, e1.attempt, s1, T0, LEASE)).toMatchObject({ action: 'run' });
       const e2 = await claimed('b', 'drain-b');
-      const out = await store.runTransactionalEffect(e2.lease, e2.attempt, start('licence', 'cus_1'), async () => {
-        throw new Error('card declined');
-      }, () => T0 + LEASE, LEASE);
+      const out = await store.runTransactionalEffect(
+        e2.lease,
+        e2.attempt,
+        start('licence', 'cus_1'),
+        async () => {
+          throw new Error('card declined');
+        },
+        () => T0 + LEASE,
+        LEASE,
+      );
       expect(out).toMatchObject({ action: 'failed', error: 'card declined' });
       const [row] = (await store.getEvent(e1.id))!.effects;
       expect(row).toMatchObject({ status: 'running', eventId: e1.id, runs: 1, finishedAt: null, lastError: null });
@@ -656,7 +723,14 @@ describe.each(backends)('$name store contract', (backend) => {
       const { lease } = await claimed('a', 'old');
       await store.claimEvent('new', T0 + LEASE, LEASE);
       let ran = false;
-      const out = await store.runTransactionalEffect(lease, 1, start('licence', 'k'), async () => void (ran = true), () => T0 + LEASE, LEASE);
+      const out = await store.runTransactionalEffect(
+        lease,
+        1,
+        start('licence', 'k'),
+        async () => void (ran = true),
+        () => T0 + LEASE,
+        LEASE,
+      );
       expect(out).toEqual({ action: 'lost' });
       expect(ran).toBe(false);
     });
@@ -782,7 +856,8 @@ describe.each(backends)('$name store contract', (backend) => {
         ids.push(r.eventId);
       }
       await store.ingest(event('other_%_1', undefined, { source: 'shop', eventType: 'ping', receivedAt: T0 + 10 * HOUR }));
-      const list = async (q: Omit<Parameters<Store['listEvents']>[0], 'limit'>, limit = 100) => (await store.listEvents({ limit, ...q })).map((e) => e.deliveryId);
+      const list = async (q: Omit<Parameters<Store['listEvents']>[0], 'limit'>, limit = 100) =>
+        (await store.listEvents({ limit, ...q })).map((e) => e.deliveryId);
 
       expect(await list({ deliveryId: 'evt_3' })).toEqual(['evt_3']);
       expect(await list({ deliveryId: 'evt_3', source: 'shop' })).toEqual([]);
@@ -828,10 +903,20 @@ describe.each(backends)('$name store contract', (backend) => {
         { hour: hourOf(now - HOUR + 1), outcome: 'pending', count: 1 },
       ]);
 
-      await store.recordAttempt({ eventId: old.eventId, attempt: 1, route: 'mail', outcome: 'failed', error: 'old', startedAt: now - 50 * HOUR, finishedAt: now - 50 * HOUR });
+      await store.recordAttempt({
+        eventId: old.eventId,
+        attempt: 1,
+        route: 'mail',
+        outcome: 'failed',
+        error: 'old',
+        startedAt: now - 50 * HOUR,
+        finishedAt: now - 50 * HOUR,
+      });
       await store.recordAttempt({ eventId: a.eventId, attempt: 1, route: 'mail', outcome: 'failed', error: 'x', startedAt: now - 90, finishedAt: now - 80 });
       // An attempt that did not fail is not counted.
-      await o.exec(`INSERT INTO attempts (event_id, attempt, route, started_at, finished_at, outcome) VALUES (${a.eventId}, 2, 'mail', ${now - 70}, ${now - 60}, 'ok')`);
+      await o.exec(
+        `INSERT INTO attempts (event_id, attempt, route, started_at, finished_at, outcome) VALUES (${a.eventId}, 2, 'mail', ${now - 70}, ${now - 60}, 'ok')`,
+      );
       await store.recordAttempt({ eventId: b.eventId, attempt: 1, route: 'crm', outcome: 'failed', error: 'y', startedAt: now - 50, finishedAt: now - 40 });
       await store.recordAttempt({ eventId: b.eventId, attempt: 2, route: 'crm', outcome: 'failed', error: 'z', startedAt: now - 30, finishedAt: now - 20 });
       expect(await store.effectFailuresByRoute(since)).toEqual([
@@ -842,7 +927,7 @@ describe.each(backends)('$name store contract', (backend) => {
     });
   });
 
-  describe('catch-up: events fetched from the sender\'s API, and where a source resumes', () => {
+  describe("catch-up: events fetched from the sender's API, and where a source resumes", () => {
     const fetched = (deliveryId: string, body = `{"id":"${deliveryId}","api":true}`, extra: Partial<FetchedEvent> = {}): FetchedEvent => ({
       source: 'shop',
       deliveryId,
@@ -860,7 +945,9 @@ describe.each(backends)('$name store contract', (backend) => {
       expect(first.stored).toBe(true);
       const again = await store.storeFetched(fetched('evt_1', '{"other":1}'));
       expect(again).toEqual({ stored: false, eventId: first.eventId });
-      expect(await o.rows(`SELECT delivery_id, origin, status, duplicates FROM events`)).toEqual([{ delivery_id: 'evt_1', origin: 'catch-up', status: 'pending', duplicates: 0 }]);
+      expect(await o.rows(`SELECT delivery_id, origin, status, duplicates FROM events`)).toEqual([
+        { delivery_id: 'evt_1', origin: 'catch-up', status: 'pending', duplicates: 0 },
+      ]);
       expect(await o.rows(`SELECT count(*) AS n FROM conflicts`)).toEqual([{ n: 0 }]);
       const c = await store.claimEvent('drain-a', T0, LEASE);
       expect(c?.id).toBe(first.eventId);
@@ -891,7 +978,16 @@ describe.each(backends)('$name store contract', (backend) => {
     it('keeps when catch-up was first configured, and moves the resume point only when told', async () => {
       expect(await store.catchUpState('shop')).toBeUndefined();
       const begun = await store.beginCatchUp('shop', T0);
-      expect(begun).toEqual({ source: 'shop', configuredAt: T0, resumeAt: null, partial: null, lastRunAt: null, lastOkAt: null, lastError: null, lastCounts: null });
+      expect(begun).toEqual({
+        source: 'shop',
+        configuredAt: T0,
+        resumeAt: null,
+        partial: null,
+        lastRunAt: null,
+        lastOkAt: null,
+        lastError: null,
+        lastCounts: null,
+      });
       expect((await store.beginCatchUp('shop', T0 + DAY)).configuredAt).toBe(T0);
       const counts = { listed: 3, alreadyStored: 1, storedNow: 2, redeliveryAsked: 0, failed: 0 };
       await store.recordCatchUp('shop', { at: T0 + SEC, resumeAt: T0 + 500, error: null, counts });

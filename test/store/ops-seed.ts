@@ -34,7 +34,9 @@ export function seedDb(path: string): Database.Database {
 
 export function insertEvent(db: Database.Database, e: SeedEvent): number {
   const body = e.body === undefined ? Buffer.from(JSON.stringify({ id: e.deliveryId })) : e.body === null ? null : Buffer.from(e.body);
-  const sha = createHash('sha256').update(body ?? Buffer.alloc(0)).digest('hex');
+  const sha = createHash('sha256')
+    .update(body ?? Buffer.alloc(0))
+    .digest('hex');
   const r = db
     .prepare(
       `INSERT INTO events (source, delivery_id, event_type, status, received_at, headers, body, body_sha256, response_status, response_body,
@@ -66,9 +68,20 @@ export function insertEvent(db: Database.Database, e: SeedEvent): number {
 export function insertAttempt(
   db: Database.Database,
   eventId: number,
-  a: { attempt?: number; route?: string; effectKey?: string | null; startedAt: number; outcome?: string; error?: string | null; output?: string | null; forced?: boolean },
+  a: {
+    attempt?: number;
+    route?: string;
+    effectKey?: string | null;
+    startedAt: number;
+    outcome?: string;
+    error?: string | null;
+    output?: string | null;
+    forced?: boolean;
+  },
 ): void {
-  db.prepare(`INSERT INTO attempts (event_id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+  db.prepare(
+    `INSERT INTO attempts (event_id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  ).run(
     eventId,
     a.attempt ?? 1,
     a.route ?? 'licence',
@@ -101,15 +114,11 @@ export function insertConflict(db: Database.Database, eventId: number, at: numbe
   db.prepare(
     `INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?)
      ON CONFLICT (event_id, body_sha256) DO UPDATE SET repeats = repeats + 1`,
-  ).run(
-    eventId,
-    ev.source,
-    ev.delivery_id,
-    at,
-    'f'.repeat(64),
-    JSON.stringify({ 'content-type': 'application/json' }),
-    Buffer.from('{"other":true}'),
-  );
+  ).run(eventId, ev.source, ev.delivery_id, at, 'f'.repeat(64), JSON.stringify({ 'content-type': 'application/json' }), Buffer.from('{"other":true}'));
 }
 
-export const count = (db: Database.Database, sql: string, ...params: unknown[]): number => db.prepare(sql).pluck().get(...params) as number;
+export const count = (db: Database.Database, sql: string, ...params: unknown[]): number =>
+  db
+    .prepare(sql)
+    .pluck()
+    .get(...params) as number;

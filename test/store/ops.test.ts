@@ -52,7 +52,7 @@ describe('SQLite OpsStore', () => {
       expect(await store.purgeBatch(cutoff, 5)).toEqual({ events: 2, attempts: 2, conflicts: 0 });
       expect(await store.purgeBatch(cutoff, 5)).toEqual({ events: 0, attempts: 0, conflicts: 0 });
 
-      expect((db.prepare(`SELECT id FROM events ORDER BY id`).pluck().all() as number[])).toEqual(kept);
+      expect(db.prepare(`SELECT id FROM events ORDER BY id`).pluck().all() as number[]).toEqual(kept);
       expect(count(db, `SELECT count(*) FROM attempts`)).toBe(4);
       expect(count(db, `SELECT count(*) FROM conflicts WHERE event_id = ?`, kept[2])).toBe(1);
       // The effect ledger is never purged.
@@ -62,8 +62,15 @@ describe('SQLite OpsStore', () => {
     it('the cost: a purged delivery id is accepted again as a new event, while its effect key stays done in the ledger', async () => {
       const body = Buffer.from('{"id":"evt_1"}');
       const ev: NewEvent = {
-        source: 'stripe', deliveryId: 'evt_1', eventType: 'invoice.paid', headers: {}, body,
-        bodySha256: createHash('sha256').update(body).digest('hex'), receivedAt: NOW - 40 * DAY, successStatus: 202, onConflict: 'reject',
+        source: 'stripe',
+        deliveryId: 'evt_1',
+        eventType: 'invoice.paid',
+        headers: {},
+        body,
+        bodySha256: createHash('sha256').update(body).digest('hex'),
+        receivedAt: NOW - 40 * DAY,
+        successStatus: 202,
+        onConflict: 'reject',
       };
       const first = await store.ingest(ev);
       db.prepare(`UPDATE events SET status = 'done' WHERE id = ?`).run(first.eventId);
@@ -77,9 +84,13 @@ describe('SQLite OpsStore', () => {
     });
 
     it('picks its batch through the partial index of done events, not a table scan', () => {
-      const plan = db.prepare(`EXPLAIN QUERY PLAN SELECT id FROM events WHERE status = 'done' AND received_at < ? ORDER BY received_at LIMIT ?`).all(1, 1) as { detail: string }[];
+      const plan = db.prepare(`EXPLAIN QUERY PLAN SELECT id FROM events WHERE status = 'done' AND received_at < ? ORDER BY received_at LIMIT ?`).all(1, 1) as {
+        detail: string;
+      }[];
       expect(plan.map((p) => p.detail).join(' ')).toMatch(/USING (COVERING )?INDEX events_finished\b/);
-      const bodies = db.prepare(`EXPLAIN QUERY PLAN SELECT id FROM events WHERE status = 'done' AND received_at < ? AND body IS NOT NULL ORDER BY received_at LIMIT ?`).all(1, 1) as { detail: string }[];
+      const bodies = db
+        .prepare(`EXPLAIN QUERY PLAN SELECT id FROM events WHERE status = 'done' AND received_at < ? AND body IS NOT NULL ORDER BY received_at LIMIT ?`)
+        .all(1, 1) as { detail: string }[];
       expect(bodies.map((p) => p.detail).join(' ')).toMatch(/USING (COVERING )?INDEX events_finished_bodies\b/);
     });
   });
@@ -88,8 +99,15 @@ describe('SQLite OpsStore', () => {
     it('nulls body and headers of old done events and their conflicts, keeps rows and keys, and a redelivery is still a duplicate', async () => {
       const body = Buffer.from('{"id":"evt_old"}');
       const ev: NewEvent = {
-        source: 'stripe', deliveryId: 'evt_old', eventType: 'invoice.paid', headers: { 'content-type': 'application/json' }, body,
-        bodySha256: createHash('sha256').update(body).digest('hex'), receivedAt: NOW - 10 * DAY, successStatus: 202, onConflict: 'reject',
+        source: 'stripe',
+        deliveryId: 'evt_old',
+        eventType: 'invoice.paid',
+        headers: { 'content-type': 'application/json' },
+        body,
+        bodySha256: createHash('sha256').update(body).digest('hex'),
+        receivedAt: NOW - 10 * DAY,
+        successStatus: 202,
+        onConflict: 'reject',
       };
       const old = (await store.ingest(ev)).eventId;
       db.prepare(`UPDATE events SET status = 'done' WHERE id = ?`).run(old);
@@ -126,8 +144,19 @@ describe('SQLite OpsStore', () => {
         ],
         refused: [],
       });
-      expect(db.prepare(`SELECT status, attempts, next_attempt_at, lease_owner, lease_expires_at, last_error, finished_at, force_effects FROM events WHERE id = ?`).get(dead)).toEqual({
-        status: 'pending', attempts: 0, next_attempt_at: NOW, lease_owner: null, lease_expires_at: null, last_error: 'exit 1', finished_at: null, force_effects: 0,
+      expect(
+        db
+          .prepare(`SELECT status, attempts, next_attempt_at, lease_owner, lease_expires_at, last_error, finished_at, force_effects FROM events WHERE id = ?`)
+          .get(dead),
+      ).toEqual({
+        status: 'pending',
+        attempts: 0,
+        next_attempt_at: NOW,
+        lease_owner: null,
+        lease_expires_at: null,
+        last_error: 'exit 1',
+        finished_at: null,
+        force_effects: 0,
       });
       expect(count(db, `SELECT count(*) FROM attempts WHERE event_id = ?`, dead)).toBe(1);
     });
@@ -192,8 +221,14 @@ describe('SQLite OpsStore', () => {
       const e = await store.getEvent(id);
       expect(e).toMatchObject({ id, deliveryId: 'x', headers: { 'x-a': '1' }, status: 'done' });
       expect(e!.body!.toString()).toBe('{"id":"x"}');
-      expect(e!.attemptRows.map((a) => [a.route, a.outcome, a.forced])).toEqual([['licence', 'ok', false], ['mail', 'skipped', true]]);
-      expect(e!.effects.map((f) => [f.effectKey, f.eventId])).toEqual([['licence:cus_1', id], ['mail:cus_1', other]]);
+      expect(e!.attemptRows.map((a) => [a.route, a.outcome, a.forced])).toEqual([
+        ['licence', 'ok', false],
+        ['mail', 'skipped', true],
+      ]);
+      expect(e!.effects.map((f) => [f.effectKey, f.eventId])).toEqual([
+        ['licence:cus_1', id],
+        ['mail:cus_1', other],
+      ]);
       expect(e!.conflicts).toHaveLength(1);
       expect(await store.getEvent(12345)).toBeUndefined();
     });
@@ -201,8 +236,22 @@ describe('SQLite OpsStore', () => {
     it('stats counts statuses, duplicates, conflicts, oldest key per source and stuck claims', async () => {
       insertEvent(db, { deliveryId: 'a', status: 'done', receivedAt: NOW - 100 * 3_600_000, duplicates: 2 });
       const b = insertEvent(db, { deliveryId: 'b', status: 'dead', receivedAt: NOW - 10 * 3_600_000, duplicates: 1 });
-      insertEvent(db, { source: 'github', deliveryId: 'c', status: 'processing', receivedAt: NOW - 5 * 3_600_000, leaseOwner: 'gone', leaseExpiresAt: NOW - 60_000 });
-      insertEvent(db, { source: 'github', deliveryId: 'd', status: 'processing', receivedAt: NOW - 3_600_000, leaseOwner: 'live', leaseExpiresAt: NOW + 60_000 });
+      insertEvent(db, {
+        source: 'github',
+        deliveryId: 'c',
+        status: 'processing',
+        receivedAt: NOW - 5 * 3_600_000,
+        leaseOwner: 'gone',
+        leaseExpiresAt: NOW - 60_000,
+      });
+      insertEvent(db, {
+        source: 'github',
+        deliveryId: 'd',
+        status: 'processing',
+        receivedAt: NOW - 3_600_000,
+        leaseOwner: 'live',
+        leaseExpiresAt: NOW + 60_000,
+      });
       insertConflict(db, b, NOW);
       insertEffect(db, { effectKey: 'licence:1', eventId: b, at: NOW, status: 'failed' });
       expect(await store.stats(NOW)).toEqual({

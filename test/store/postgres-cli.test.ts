@@ -50,7 +50,12 @@ describe.runIf(pgOk)('CLI on PostgreSQL', () => {
     config = writeConfig(tmp.dir, { sources: { shop: { provider: 'hmac-sha256', header: 'X-Signature', secret: 's', deliveryId: '{body.id}' } } });
     const store = await PostgresStore.open(db.url, { busyTimeoutMs: 2000 });
     const now = Date.now();
-    for (const [name, age] of [['old-done', 40], ['old-dead', 40], ['young-done', 1], ['pending', 0]] as const) {
+    for (const [name, age] of [
+      ['old-done', 40],
+      ['old-dead', 40],
+      ['young-done', 1],
+      ['pending', 0],
+    ] as const) {
       ids[name] = (await store.ingest(event(name, now - age * DAY))).eventId;
     }
     await store.close();
@@ -65,7 +70,9 @@ describe.runIf(pgOk)('CLI on PostgreSQL', () => {
   it('events list, events show and stats read the PostgreSQL database', async () => {
     const list = (await cli('events', 'list', '--json')) as { id: number; deliveryId: string; status: string }[];
     expect(list.map((e) => e.deliveryId)).toEqual(['pending', 'young-done', 'old-dead', 'old-done']);
-    expect(list[0]).toEqual(expect.objectContaining({ id: ids.pending, source: 'shop', eventType: 'order.paid', status: 'pending', attempts: 0, lastError: null }));
+    expect(list[0]).toEqual(
+      expect.objectContaining({ id: ids.pending, source: 'shop', eventType: 'order.paid', status: 'pending', attempts: 0, lastError: null }),
+    );
     const shown = (await cli('events', 'show', String(ids['old-dead']), '--json')) as { status: string; lastError: string };
     expect(shown).toMatchObject({ status: 'dead', lastError: 'gave up' });
     const stats = (await cli('stats', '--json')) as { events: Record<string, number> };

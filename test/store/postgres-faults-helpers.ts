@@ -14,7 +14,14 @@ import type { TestDatabase } from '../postgres-helpers.js';
 
 export const SECRET = 'pg-faults-secret';
 
-export const shopSource = { provider: 'hmac-sha256', header: 'X-Signature', encoding: 'hex', secret: SECRET, deliveryId: '{body.id}', eventType: '{body.type}' };
+export const shopSource = {
+  provider: 'hmac-sha256',
+  header: 'X-Signature',
+  encoding: 'hex',
+  secret: SECRET,
+  deliveryId: '{body.id}',
+  eventType: '{body.type}',
+};
 
 export interface Delivery {
   id: string;

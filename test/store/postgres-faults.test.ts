@@ -85,7 +85,7 @@ describe.runIf(pgOk)('serve on PostgreSQL when connections are dropped', () => {
     expect(await serve.stop('SIGTERM')).toBe(0);
   });
 
-  it('idle_in_transaction_session_timeout ends a module effect\'s connection while it waits: serve stays up, the event is retried and done, applied once', async () => {
+  it("idle_in_transaction_session_timeout ends a module effect's connection while it waits: serve stays up, the event is retried and done, applied once", async () => {
     await db.query(`ALTER DATABASE ${db.name} SET idle_in_transaction_session_timeout = '1s'`);
     serve = await startServe(config());
     expect((await post(serve.url, delivery('o1', { waitMs: 2500 }))).status).toBe(202);
@@ -105,7 +105,12 @@ describe.runIf(pgOk)('serve on PostgreSQL when connections are dropped', () => {
       config({
         routes: [
           { name: 'licence', source: 'shop', key: '{body.key}', effect: { module: './licence.mjs', timeoutSeconds: 8 } },
-          { name: 'notify', source: 'shop', key: '{body.key}', effect: { exec: ['/bin/sh', '-c', 'printf "%s\\n" "$RECEIVER_KEY" >> "$1"', 'sh', out], timeoutSeconds: 8 } },
+          {
+            name: 'notify',
+            source: 'shop',
+            key: '{body.key}',
+            effect: { exec: ['/bin/sh', '-c', 'printf "%s\\n" "$RECEIVER_KEY" >> "$1"', 'sh', out], timeoutSeconds: 8 },
+          },
         ],
       }),
     );

@@ -58,13 +58,28 @@ describe.runIf(pgOk)('module effect statements on PostgreSQL', () => {
 
   async function run(handler: ModuleHandler, timeoutMs: number) {
     const event = await claimed();
-    const moduleEvent = { id: event.id, source: event.source, deliveryId: event.deliveryId, eventType: event.eventType, headers: event.headers, body: event.body, receivedAt: event.receivedAt, json: {} };
+    const moduleEvent = {
+      id: event.id,
+      source: event.source,
+      deliveryId: event.deliveryId,
+      eventType: event.eventType,
+      headers: event.headers,
+      body: event.body,
+      receivedAt: event.receivedAt,
+      json: {},
+    };
     const t0 = Date.now();
     const outcome = await store.runTransactionalEffect(
       event.lease,
       event.attempt,
       start,
-      (effectDb) => callHandler(handler, moduleEvent, { event: moduleEvent, route: start.route, key: start.businessKey, effectKey: start.effectKey, attempt: event.attempt, db: effectDb }, timeoutMs),
+      (effectDb) =>
+        callHandler(
+          handler,
+          moduleEvent,
+          { event: moduleEvent, route: start.route, key: start.businessKey, effectKey: start.effectKey, attempt: event.attempt, db: effectDb },
+          timeoutMs,
+        ),
       Date.now,
       LEASE_MS,
     );

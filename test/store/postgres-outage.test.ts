@@ -81,62 +81,71 @@ describe.runIf(pgOk)('serve on PostgreSQL while the database is unreachable', ()
     { how: 'hang', outageMs: 8_000 },
   ] as const;
 
-  it.each(outages)('unreachable ($how) for $outageMs ms under load: 503s with Retry-After, /healthz 503, then recovery without a restart; nothing lost, no effect repeated', async ({ how, outageMs }) => {
-    const out = join(tmp.dir, 'notified.txt');
-    const file = writeConfig(tmp.dir, {
-      database: viaProxy(db, proxy),
-      busyTimeoutMs: 1000,
-      sources: { shop: shopSource },
-      retry: { maxAttempts: 50, baseSeconds: 0.2, maxSeconds: 1 },
-      drain: { leaseSeconds: 10, pollMs: 100 },
-      routes: [
-        { name: 'licence', source: 'shop', key: '{body.key}', effect: { module: './licence.mjs', timeoutSeconds: 5 } },
-        { name: 'notify', source: 'shop', key: '{body.key}', effect: { exec: ['/bin/sh', '-c', 'printf "%s\\n" "$RECEIVER_KEY" >> "$1"', 'sh', out], timeoutSeconds: 5 } },
-      ],
-    });
-    serve = await startServe(file);
-    expect(await healthz(serve.url)).toBe(200);
+  it.each(outages)(
+    'unreachable ($how) for $outageMs ms under load: 503s with Retry-After, /healthz 503, then recovery without a restart; nothing lost, no effect repeated',
+    async ({ how, outageMs }) => {
+      const out = join(tmp.dir, 'notified.txt');
+      const file = writeConfig(tmp.dir, {
+        database: viaProxy(db, proxy),
+        busyTimeoutMs: 1000,
+        sources: { shop: shopSource },
+        retry: { maxAttempts: 50, baseSeconds: 0.2, maxSeconds: 1 },
+        drain: { leaseSeconds: 10, pollMs: 100 },
+        routes: [
+          { name: 'licence', source: 'shop', key: '{body.key}', effect: { module: './licence.mjs', timeoutSeconds: 5 } },
+          {
+            name: 'notify',
+            source: 'shop',
+            key: '{body.key}',
+            effect: { exec: ['/bin/sh', '-c', 'printf "%s\\n" "$RECEIVER_KEY" >> "$1"', 'sh', out], timeoutSeconds: 5 },
+          },
+        ],
+      });
+      serve = await startServe(file);
+      expect(await healthz(serve.url)).toBe(200);
 
-    // Four senders, a delivery every ~100 ms each, retrying a 503 every 200 ms: the load
-    // runs before, through and after the outage. One module effect waits 3 s inside its
-    // transaction: the cut comes while the drain holds that connection checked out.
-    const deliveries = Array.from({ length: 240 }, (_, i) => delivery(`k${i}`, i === 10 ? { waitMs: 3000 } : {}));
-    const started = Date.now();
-    const load = sendLoad(serve.url, deliveries, { concurrency: 4, retryMs: 200, pauseMs: 100, deadline: started + 40_000 });
+      // Four senders, a delivery every ~100 ms each, retrying a 503 every 200 ms: the load
+      // runs before, through and after the outage. One module effect waits 3 s inside its
+      // transaction: the cut comes while the drain holds that connection checked out.
+      const deliveries = Array.from({ length: 240 }, (_, i) => delivery(`k${i}`, i === 10 ? { waitMs: 3000 } : {}));
+      const started = Date.now();
+      const load = sendLoad(serve.url, deliveries, { concurrency: 4, retryMs: 200, pauseMs: 100, deadline: started + 40_000 });
 
-    await idleInTransaction(db, 300, 8000);
-    if (how === 'cut') proxy.cut();
-    else proxy.hang();
-    const cutAt = Date.now();
-    // Within about busyTimeoutMs, even when nothing answers at all.
-    const healthDownMs = await healthBecomes(serve.url, 503, 3000);
-    await new Promise((r) => setTimeout(r, Math.max(0, cutAt + outageMs - Date.now())));
-    expect(await healthz(serve.url)).toBe(503);
-    expect(serve.child.exitCode).toBeNull();
-    proxy.restore();
-    const healthUpMs = await healthBecomes(serve.url, 200, 10_000);
+      await idleInTransaction(db, 300, 8000);
+      if (how === 'cut') proxy.cut();
+      else proxy.hang();
+      const cutAt = Date.now();
+      // Within about busyTimeoutMs, even when nothing answers at all.
+      const healthDownMs = await healthBecomes(serve.url, 503, 3000);
+      await new Promise((r) => setTimeout(r, Math.max(0, cutAt + outageMs - Date.now())));
+      expect(await healthz(serve.url)).toBe(503);
+      expect(serve.child.exitCode).toBeNull();
+      proxy.restore();
+      const healthUpMs = await healthBecomes(serve.url, 200, 10_000);
 
-    const result = await load;
-    const loadDoneAt = Date.now();
-    await waitAllDone(db, 40_000, serve);
-    const drainedMs = Date.now() - loadDoneAt;
-    expect(serve.child.exitCode).toBeNull();
-    expect(result.statuses.get(503) ?? 0).toBeGreaterThan(0);
-    expect([...result.statuses.keys()].filter((s) => s !== 202 && s !== 503)).toEqual([]);
-    expect(result.without503RetryAfter).toBe(0);
-    expect(result.noAnswer).toBe(0);
-    expect(result.acked.size).toBe(deliveries.length);
-    await checkEffectsOnce(db, result.acked, out);
+      const result = await load;
+      const loadDoneAt = Date.now();
+      await waitAllDone(db, 40_000, serve);
+      const drainedMs = Date.now() - loadDoneAt;
+      expect(serve.child.exitCode).toBeNull();
+      expect(result.statuses.get(503) ?? 0).toBeGreaterThan(0);
+      expect([...result.statuses.keys()].filter((s) => s !== 202 && s !== 503)).toEqual([]);
+      expect(result.without503RetryAfter).toBe(0);
+      expect(result.noAnswer).toBe(0);
+      expect(result.acked.size).toBe(deliveries.length);
+      await checkEffectsOnce(db, result.acked, out);
 
-    await serve.stop('SIGTERM');
-    const lines = logLines(serve.output().stderr);
-    expect(lines.filter((l) => l.level === 'fatal' || l.msg === 'request failed')).toEqual([]);
-    // Every 503 a sender got is one delivery line, with the cause and no stack.
-    const refused = lines.filter((l) => l.msg === 'delivery' && l.outcome === 'unavailable');
-    expect(refused).toHaveLength(result.statuses.get(503) ?? 0);
-    for (const l of refused) expect(JSON.stringify(l)).not.toMatch(/"stack"/);
-    console.log(
-      `outage (${how}): answers ${JSON.stringify(Object.fromEntries(result.statuses))}; /healthz 503 ${healthDownMs} ms after the cut, 200 ${healthUpMs} ms after the restore; load ${loadDoneAt - started} ms, drain done ${drainedMs} ms later`,
-    );
-  }, 120_000);
+      await serve.stop('SIGTERM');
+      const lines = logLines(serve.output().stderr);
+      expect(lines.filter((l) => l.level === 'fatal' || l.msg === 'request failed')).toEqual([]);
+      // Every 503 a sender got is one delivery line, with the cause and no stack.
+      const refused = lines.filter((l) => l.msg === 'delivery' && l.outcome === 'unavailable');
+      expect(refused).toHaveLength(result.statuses.get(503) ?? 0);
+      for (const l of refused) expect(JSON.stringify(l)).not.toMatch(/"stack"/);
+      console.log(
+        `outage (${how}): answers ${JSON.stringify(Object.fromEntries(result.statuses))}; /healthz 503 ${healthDownMs} ms after the cut, 200 ${healthUpMs} ms after the restore; load ${loadDoneAt - started} ms, drain done ${drainedMs} ms later`,
+      );
+    },
+    120_000,
+  );
 });

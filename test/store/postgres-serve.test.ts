@@ -135,7 +135,8 @@ describe.runIf(pgOk)('three serve processes on one PostgreSQL database', () => {
     for (;;) {
       const left = await db.query<{ n: number }>(`SELECT count(*) AS n FROM events WHERE status <> 'done'`);
       if (left[0]!.n === 0) break;
-      if (Date.now() > until) throw new Error(`${left[0]!.n} events still not done: ${JSON.stringify(await db.query(`SELECT status, count(*) FROM events GROUP BY 1`))}`);
+      if (Date.now() > until)
+        throw new Error(`${left[0]!.n} events still not done: ${JSON.stringify(await db.query(`SELECT status, count(*) FROM events GROUP BY 1`))}`);
       await new Promise((r) => setTimeout(r, 100));
     }
 

@@ -70,9 +70,20 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
       await db.query('CREATE TABLE schema_version (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())');
       await db.query(migrations.find((m) => m.version === 1)!.sql);
       await db.query(`INSERT INTO schema_version (version, name) VALUES (1, 'initial')`);
-      await db.query(`INSERT INTO events (source, delivery_id, event_type, received_at, body_sha256, response_status, next_attempt_at) VALUES ('s', 'd', 't', 1, 'a', 202, 1)`);
-      for (const [at, sha] of [[10, 'b'], [11, 'c'], [12, 'b'], [13, 'b']] as const) {
-        await db.query(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, body) SELECT id, 's', 'd', $1, $2, $3 FROM events`, [at, sha, Buffer.from(sha)]);
+      await db.query(
+        `INSERT INTO events (source, delivery_id, event_type, received_at, body_sha256, response_status, next_attempt_at) VALUES ('s', 'd', 't', 1, 'a', 202, 1)`,
+      );
+      for (const [at, sha] of [
+        [10, 'b'],
+        [11, 'c'],
+        [12, 'b'],
+        [13, 'b'],
+      ] as const) {
+        await db.query(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, body) SELECT id, 's', 'd', $1, $2, $3 FROM events`, [
+          at,
+          sha,
+          Buffer.from(sha),
+        ]);
       }
       await (await PostgresStore.open(db.url, { busyTimeoutMs: 5000 })).close();
       expect(await db.query(`SELECT received_at::int AS received_at, body_sha256, repeats FROM conflicts ORDER BY id`)).toEqual([
@@ -90,7 +101,11 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
       const err = await PostgresStore.open(db.url, { busyTimeoutMs: 2000 }).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(ReceiverError);
       expect((err as ReceiverError).kind).toBe('schema');
-      expect((err as Error).message).toMatch(new RegExp(`written by a newer receiver \\(schema version ${LATEST_VERSION + 1}; this receiver knows up to ${LATEST_VERSION}\\)\\. It was not changed\\.`));
+      expect((err as Error).message).toMatch(
+        new RegExp(
+          `written by a newer receiver \\(schema version ${LATEST_VERSION + 1}; this receiver knows up to ${LATEST_VERSION}\\)\\. It was not changed\\.`,
+        ),
+      );
       expect(await db.query(`SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1`)).toEqual(before);
       expect(await db.query('SELECT version FROM schema_version')).toEqual([{ version: LATEST_VERSION + 1 }]);
     });
@@ -105,7 +120,10 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
           `SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' AND table_name = $1 ORDER BY ordinal_position`,
           [table],
         );
-        expect(got.map((c) => c.column_name), table).toEqual(want);
+        expect(
+          got.map((c) => c.column_name),
+          table,
+        ).toEqual(want);
       }
       sqlite.close();
       const indexes = (await db.query<{ indexdef: string }>(`SELECT indexdef FROM pg_indexes WHERE tablename = 'events'`)).map((i) => i.indexdef);
@@ -213,7 +231,14 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
       await store.ingest(event('b'));
       const a = await store.claimEvent('mine', T0, LEASE);
       const g = gated();
-      const run = store.runTransactionalEffect(a!.lease, 1, { route: 'licence', businessKey: 'k', effectKey: 'licence:k', runToken: 't', force: false }, g.handler, () => T0, LEASE);
+      const run = store.runTransactionalEffect(
+        a!.lease,
+        1,
+        { route: 'licence', businessKey: 'k', effectKey: 'licence:k', runToken: 't', force: false },
+        g.handler,
+        () => T0,
+        LEASE,
+      );
       await g.inside;
       expect((await other.ingest(event('a'))).outcome).toBe('duplicate');
       expect((await other.claimEvent('theirs', T0, LEASE))?.deliveryId).toBe('b');
@@ -230,7 +255,14 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
       await store.ingest(event('a'));
       const a = await store.claimEvent('slow', T0, LEASE);
       const g = gated();
-      const run = store.runTransactionalEffect(a!.lease, 1, { route: 'licence', businessKey: 'k', effectKey: 'licence:k', runToken: 't', force: false }, g.handler, () => T0, LEASE);
+      const run = store.runTransactionalEffect(
+        a!.lease,
+        1,
+        { route: 'licence', businessKey: 'k', effectKey: 'licence:k', runToken: 't', force: false },
+        g.handler,
+        () => T0,
+        LEASE,
+      );
       await g.inside;
       // The slow drain's lease expires; another receiver takes the event.
       expect((await other.claimEvent('fast', T0 + 2 * LEASE, LEASE))?.lease.owner).toBe('fast');

@@ -49,9 +49,19 @@ describe('SQLite schema and migrations', () => {
     const raw = new Database(file);
     raw.exec(migrations.find((m) => m.version === 1)!.sql);
     raw.pragma('user_version = 1');
-    raw.prepare(`INSERT INTO events (source, delivery_id, event_type, received_at, body_sha256, response_status, next_attempt_at) VALUES ('s', 'd', 't', 1, 'a', 202, 1)`).run();
+    raw
+      .prepare(
+        `INSERT INTO events (source, delivery_id, event_type, received_at, body_sha256, response_status, next_attempt_at) VALUES ('s', 'd', 't', 1, 'a', 202, 1)`,
+      )
+      .run();
     const conflict = raw.prepare(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, body) VALUES (1, 's', 'd', ?, ?, ?)`);
-    for (const [at, sha] of [[10, 'b'], [11, 'c'], [12, 'b'], [13, 'b']] as const) conflict.run(at, sha, Buffer.from(sha));
+    for (const [at, sha] of [
+      [10, 'b'],
+      [11, 'c'],
+      [12, 'b'],
+      [13, 'b'],
+    ] as const)
+      conflict.run(at, sha, Buffer.from(sha));
     raw.close();
     const db = openSqlite(file, { busyTimeoutMs: 100 });
     expect(db.pragma('user_version', { simple: true })).toBe(LATEST_VERSION);

@@ -84,7 +84,13 @@ export function DeliveriesChart({ buckets }: { buckets: HourBucket[] }) {
                 base += n;
                 const y1 = y(base);
                 return (
-                  <rect class={`c-${s.key}`} x={(left + i * barW + 1).toFixed(1)} width={Math.max(1, barW - 2).toFixed(1)} y={y1.toFixed(1)} height={Math.max(0.5, y0 - y1).toFixed(1)}>
+                  <rect
+                    class={`c-${s.key}`}
+                    x={(left + i * barW + 1).toFixed(1)}
+                    width={Math.max(1, barW - 2).toFixed(1)}
+                    y={y1.toFixed(1)}
+                    height={Math.max(0.5, y0 - y1).toFixed(1)}
+                  >
                     <title>{`${hourLabel(b.hour)} UTC: ${n} ${s.label.toLowerCase()}`}</title>
                   </rect>
                 );

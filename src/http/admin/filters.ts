@@ -54,7 +54,8 @@ export function parseFilters(query: (name: string) => string | undefined): Event
     return v === undefined || v.trim() === '' ? undefined : v;
   };
   const status = get('status');
-  if (status !== undefined && !(EVENT_STATUSES as readonly string[]).includes(status)) throw usage(`status: "${status}" is not one of ${EVENT_STATUSES.join(', ')}`);
+  if (status !== undefined && !(EVENT_STATUSES as readonly string[]).includes(status))
+    throw usage(`status: "${status}" is not one of ${EVENT_STATUSES.join(', ')}`);
   const match = get('match') ?? 'exact';
   if (match !== 'exact' && match !== 'prefix') throw usage(`match: "${match}" is not exact or prefix`);
   const from = get('from');

@@ -47,7 +47,8 @@ function jsonError(c: Context, status: number, error: string, message: string, h
 }
 
 function eventId(text: string): number {
-  if (!/^\d{1,16}$/.test(text) || Number(text) <= 0 || !Number.isSafeInteger(Number(text))) throw new ReceiverError('not_found', `"${text}" is not an event id`);
+  if (!/^\d{1,16}$/.test(text) || Number(text) <= 0 || !Number.isSafeInteger(Number(text)))
+    throw new ReceiverError('not_found', `"${text}" is not an event id`);
   return Number(text);
 }
 
@@ -130,7 +131,8 @@ export function createAdmin(options: AdminOptions): Hono<AdminEnv> {
     } catch {
       throw new ReceiverError('usage', 'the body must be JSON: {"force": true}, {} or nothing');
     }
-    if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new ReceiverError('usage', 'the body must be a JSON object: {"force": true}, {} or nothing');
+    if (body === null || typeof body !== 'object' || Array.isArray(body))
+      throw new ReceiverError('usage', 'the body must be a JSON object: {"force": true}, {} or nothing');
     const force = (body as Record<string, unknown>).force;
     if (force !== undefined && typeof force !== 'boolean') throw new ReceiverError('usage', '"force" must be true or false');
     return force === true;
@@ -199,7 +201,11 @@ export function createAdmin(options: AdminOptions): Hono<AdminEnv> {
       if (fromAnotherOrigin(c) || !sessions.isCsrfToken(nonce, form.csrf)) {
         return html(
           c,
-          <MessagePage title="Refused" message="This form was not sent by a page of this admin session (missing or wrong CSRF token). Reload the page and try again." csrf={sessions.csrfToken(nonce)} />,
+          <MessagePage
+            title="Refused"
+            message="This form was not sent by a page of this admin session (missing or wrong CSRF token). Reload the page and try again."
+            csrf={sessions.csrfToken(nonce)}
+          />,
           403,
         );
       }
@@ -219,7 +225,12 @@ export function createAdmin(options: AdminOptions): Hono<AdminEnv> {
   async function overview(c: Context<AdminEnv>, outcome?: ReplayResult) {
     const at = now();
     const since = Math.floor(at / HOUR_MS) * HOUR_MS - (CHART_HOURS - 1) * HOUR_MS;
-    const [s, q, hourly, failures] = await Promise.all([store.stats(at), store.queueStats(), store.deliveriesPerHour(since), store.effectFailuresByRoute(since)]);
+    const [s, q, hourly, failures] = await Promise.all([
+      store.stats(at),
+      store.queueStats(),
+      store.deliveriesPerHour(since),
+      store.effectFailuresByRoute(since),
+    ]);
     const data = {
       stats: statsJson(s, config, at),
       oldestPendingAgeMs: q.oldestPendingReceivedAt === null ? null : at - q.oldestPendingReceivedAt,
@@ -256,9 +267,14 @@ export function createAdmin(options: AdminOptions): Hono<AdminEnv> {
 
   async function eventPage(c: Context<AdminEnv>, id: number, outcome?: ReplayResult) {
     const event = await store.getEvent(id);
-    if (event === undefined) return html(c, <MessagePage title="No such event" message={`Event ${id} does not exist (never received, or purged).`} csrf={csrfOf(c)} />, 404);
+    if (event === undefined)
+      return html(c, <MessagePage title="No such event" message={`Event ${id} does not exist (never received, or purged).`} csrf={csrfOf(c)} />, 404);
     const shown = outcome === undefined ? undefined : <ReplayOutcome result={replayJson(outcome)} />;
-    return html(c, <EventPage event={detailJson(event)} conflicts={event.conflicts} csrf={csrfOf(c)} outcome={shown} />, outcome === undefined ? 200 : replayStatus(outcome));
+    return html(
+      c,
+      <EventPage event={detailJson(event)} conflicts={event.conflicts} csrf={csrfOf(c)} outcome={shown} />,
+      outcome === undefined ? 200 : replayStatus(outcome),
+    );
   }
 
   admin.get('/events/:id', (c) => eventPage(c, eventId(c.req.param('id'))));
@@ -266,7 +282,8 @@ export function createAdmin(options: AdminOptions): Hono<AdminEnv> {
   // The raw bytes, exactly as received: as text when they are UTF-8 (never as HTML), else a download.
   admin.get('/events/:id/body', async (c) => {
     const event = await store.getEvent(eventId(c.req.param('id')));
-    if (event?.body === undefined || event.body === null) return html(c, <MessagePage title="No body" message="This event has no stored body." csrf={csrfOf(c)} />, 404);
+    if (event?.body === undefined || event.body === null)
+      return html(c, <MessagePage title="No body" message="This event has no stored body." csrf={csrfOf(c)} />, 404);
     const text = detailJson(event).bodyEncoding === 'utf8';
     return c.body(new Uint8Array(event.body), 200, {
       'content-type': text ? 'text/plain; charset=utf-8' : 'application/octet-stream',
@@ -281,7 +298,11 @@ export function createAdmin(options: AdminOptions): Hono<AdminEnv> {
     // Force re-sends what was already done: it needs the confirmation box ticked, checked
     // here too (the form's `required` is only the browser's courtesy).
     if (force && form.confirm !== 'yes') {
-      return html(c, <MessagePage title="Not confirmed" message="Replay with force needs its confirmation box ticked; nothing was replayed." csrf={csrfOf(c)} />, 400);
+      return html(
+        c,
+        <MessagePage title="Not confirmed" message="Replay with force needs its confirmation box ticked; nothing was replayed." csrf={csrfOf(c)} />,
+        400,
+      );
     }
     return eventPage(c, id, await store.replayEvents([id], { force, now: now() }));
   });

@@ -136,8 +136,9 @@ export function ReplayOutcome({ result, dead }: { result: Replay; dead?: boolean
   const forced = result.replayed.some((e) => e.force);
   return (
     <div class="notice good" role="status">
-      Replayed {result.replayed.length === 1 ? `event ${result.replayed[0]!.id} (was ${result.replayed[0]!.previousStatus})` : `${result.replayed.length} events`}: back to
-      pending, with a fresh retry count; the running server drains it within seconds.{' '}
+      Replayed{' '}
+      {result.replayed.length === 1 ? `event ${result.replayed[0]!.id} (was ${result.replayed[0]!.previousStatus})` : `${result.replayed.length} events`}: back
+      to pending, with a fresh retry count; the running server drains it within seconds.{' '}
       {forced ? 'Forced: effects already done run again, recorded as forced.' : 'Effects already done stay skipped.'}
     </div>
   );
@@ -182,8 +183,8 @@ export function OverviewPage(props: { data: OverviewData; csrf: string; outcome?
         </div>
         {s.stuckClaims.count > 0 ? (
           <p class="notice bad">
-            {s.stuckClaims.count} event(s) are processing past their lease (the oldest expired {when(s.stuckClaims.oldestLeaseExpiredAt)}): a drain crashed or stalled; a running
-            drain takes them back.
+            {s.stuckClaims.count} event(s) are processing past their lease (the oldest expired {when(s.stuckClaims.oldestLeaseExpiredAt)}): a drain crashed or
+            stalled; a running drain takes them back.
           </p>
         ) : null}
         {s.dead > 0 ? (
@@ -263,7 +264,14 @@ export function OverviewPage(props: { data: OverviewData; csrf: string; outcome?
   );
 }
 
-export function EventsPage(props: { filters: EventFilters | undefined; error?: string | undefined; events: Summary[]; olderThan: number | undefined; sources: string[]; csrf: string }) {
+export function EventsPage(props: {
+  filters: EventFilters | undefined;
+  error?: string | undefined;
+  events: Summary[];
+  olderThan: number | undefined;
+  sources: string[];
+  csrf: string;
+}) {
   const f = props.filters;
   const input = (v: number | undefined) => (v === undefined ? '' : new Date(v).toISOString().slice(0, 19));
   return (
@@ -401,7 +409,12 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
         <dt>Status</dt>
         <dd>
           <Status status={e.status} />
-          {e.status === 'processing' ? <> lease held by {e.leaseOwner ?? '?'} until {when(e.leaseExpiresAt)}</> : null}
+          {e.status === 'processing' ? (
+            <>
+              {' '}
+              lease held by {e.leaseOwner ?? '?'} until {when(e.leaseExpiresAt)}
+            </>
+          ) : null}
           {e.forceEffects ? ' (replayed with force: effects already done will run again)' : null}
         </dd>
         <dt>Event type</dt>
@@ -444,8 +457,8 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
             <label class="check" for="confirm-force">
               <input id="confirm-force" type="checkbox" name="confirm" value="yes" required />
               <span>
-                I understand: force runs again every effect of this event whose key is already done (for example, the licence email is sent a second time). The attempts
-                are recorded as forced.
+                I understand: force runs again every effect of this event whose key is already done (for example, the licence email is sent a second time). The
+                attempts are recorded as forced.
               </span>
             </label>
             <button type="submit" class="danger">

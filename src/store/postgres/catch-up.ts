@@ -31,7 +31,19 @@ async function storeFetched(c: Conn, e: FetchedEvent): Promise<StoreFetchedResul
      VALUES ($1, $2, $3, $4, $5, $6, '{"content-type": "application/json"}'::jsonb, $7, $8, $9, $10, $6, $11, 'catch-up')
      ON CONFLICT (source, delivery_id) DO NOTHING
      RETURNING id`,
-    [id, e.source, e.deliveryId, e.eventType, done ? 'done' : 'pending', e.receivedAt, e.body, e.bodySha256, e.successStatus, acceptedAnswer(id), done ? e.receivedAt : null],
+    [
+      id,
+      e.source,
+      e.deliveryId,
+      e.eventType,
+      done ? 'done' : 'pending',
+      e.receivedAt,
+      e.body,
+      e.bodySha256,
+      e.successStatus,
+      acceptedAnswer(id),
+      done ? e.receivedAt : null,
+    ],
   );
   if (inserted.rows.length === 1) return { stored: true, eventId: id };
   return { stored: false, eventId: (await runAlone(c, 'catch-up', findEventId(dialect, e.source, e.deliveryId)))! };

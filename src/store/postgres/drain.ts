@@ -175,7 +175,9 @@ export async function runTransactionalEffect(c: Conn, m: steps.ModuleEffect): Pr
     // (busyTimeoutMs, meant for ingest), which would cut a legitimate long query short.
     await client.query(`SELECT set_config('statement_timeout', '0', true)`);
     await runSteps(client, steps.lockEffectKey(dialect, start, leaseMs));
-    if ((await client.query(`SELECT 1 FROM events WHERE id = $1 AND lease_owner = $2 AND status = 'processing'`, [lease.eventId, lease.owner])).rowCount !== 1) {
+    if (
+      (await client.query(`SELECT 1 FROM events WHERE id = $1 AND lease_owner = $2 AND status = 'processing'`, [lease.eventId, lease.owner])).rowCount !== 1
+    ) {
       await rollbackAndRelease(client);
       return { action: 'lost' };
     }

@@ -35,7 +35,9 @@ const keyOf = (source: string, deliveryId: string) => `${source}\u0000${delivery
  * and cannot deadlock, and within a batch the first arrival of a delivery id is stored.
  */
 export async function ingestBatch(conn: Conn, items: readonly NewEvent[]): Promise<IngestResult[]> {
-  const drawn = await conn.query<{ id: number }>('ingest', `SELECT nextval(pg_get_serial_sequence('events', 'id')) AS id FROM generate_series(1, $1)`, [items.length]);
+  const drawn = await conn.query<{ id: number }>('ingest', `SELECT nextval(pg_get_serial_sequence('events', 'id')) AS id FROM generate_series(1, $1)`, [
+    items.length,
+  ]);
   // Ascending, whatever order the rows came back in: the i-th arrival gets the i-th id.
   const ids = drawn.rows.map((r) => r.id).sort((a, b) => a - b);
   const rows = items.map((event, i) => ({ event, id: ids[i]!, arrival: i }));

@@ -32,7 +32,7 @@ export const dialect: Dialect = {
 };
 
 async function drive<T>(steps: Steps<T>, query: (s: Stmt) => Promise<{ rows: unknown[]; rowCount: number | null }>): Promise<T> {
-  for (let next = steps.next(); ; ) {
+  for (let next = steps.next(); ;) {
     if (next.done === true) return next.value;
     const r = await query(next.value);
     next = steps.next({ rows: r.rows, changes: r.rowCount ?? 0 });

@@ -220,7 +220,14 @@ export async function expireClaims(c: DrainConnection, ownerPrefix: string, now:
   return n;
 }
 
-export async function beginEffect(c: DrainConnection, lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number): Promise<EffectDecision> {
+export async function beginEffect(
+  c: DrainConnection,
+  lease: Lease,
+  attempt: number,
+  start: EffectStart,
+  now: number,
+  leaseMs: number,
+): Promise<EffectDecision> {
   const decision = await write(c, 'begin effect', () => steps.beginEffect(dialect, lease, attempt, start, now, leaseMs));
   // Committed before the effect acts (and the write lock free while it runs).
   commitGroup(c);
@@ -254,7 +261,7 @@ function effectDb(c: DrainConnection): { handle: EffectDb; close: () => void } {
   const prepare = (sql: string) => {
     if (!open) throw new Error('the effect transaction has ended; db is closed (await every query inside the handler)');
     // The handler's writes belong to our transaction; it must not commit or end it.
-    if (TX_CONTROL.test(sql)) throw new Error('a module effect runs inside the receiver\'s transaction; do not BEGIN, COMMIT or ROLLBACK');
+    if (TX_CONTROL.test(sql)) throw new Error("a module effect runs inside the receiver's transaction; do not BEGIN, COMMIT or ROLLBACK");
     return c.db.prepare(sql);
   };
   const handle: EffectDb = {

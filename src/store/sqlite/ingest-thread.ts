@@ -53,7 +53,11 @@ export class IngestThread {
       this.#pending.clear();
       // A worker that dies before it opened the database (its script missing, out of
       // memory) must fail ready, not leave serve waiting forever half-started.
-      failOpen(new ReceiverError('runtime', `the ingest worker stopped before it opened the database: ${why}`, { hint: 'run `npm run build` (the worker runs from dist/), then start again' }));
+      failOpen(
+        new ReceiverError('runtime', `the ingest worker stopped before it opened the database: ${why}`, {
+          hint: 'run `npm run build` (the worker runs from dist/), then start again',
+        }),
+      );
     };
     this.#worker.on('error', (e) => die(e.message));
     this.#worker.on('exit', (code) => die(`exit ${code}`));

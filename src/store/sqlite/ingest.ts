@@ -36,7 +36,20 @@ export function ingestOne(s: IngestStatements, e: NewEvent): IngestResult {
   const extra = e.extraIds === undefined ? null : JSON.stringify(e.extraIds);
   // An event no route applies to is done on arrival: the drain never has to look at it.
   const done = e.routed === false;
-  const run = (s.insert).run(e.source, e.deliveryId, e.eventType, done ? 'done' : 'pending', e.receivedAt, headers, e.body, e.bodySha256, extra, e.successStatus, e.receivedAt, done ? e.receivedAt : null);
+  const run = s.insert.run(
+    e.source,
+    e.deliveryId,
+    e.eventType,
+    done ? 'done' : 'pending',
+    e.receivedAt,
+    headers,
+    e.body,
+    e.bodySha256,
+    extra,
+    e.successStatus,
+    e.receivedAt,
+    done ? e.receivedAt : null,
+  );
   if (run.changes === 1) {
     const id = Number(run.lastInsertRowid);
     const body = acceptedAnswer(id);

@@ -69,7 +69,9 @@ export function dropBodiesBatch(db: Db, receivedBefore: number, limit: number): 
   return guarded('purge', () => {
     // Uses the partial index events_finished_bodies, so rows already dropped are not rescanned.
     const pick = db.prepare(`SELECT id FROM events WHERE status = 'done' AND received_at < ? AND body IS NOT NULL ORDER BY received_at LIMIT ?`).pluck();
-    const dropConflicts = db.prepare(`UPDATE conflicts SET body = NULL, headers = NULL WHERE body IS NOT NULL AND event_id IN (SELECT value FROM json_each(?))`);
+    const dropConflicts = db.prepare(
+      `UPDATE conflicts SET body = NULL, headers = NULL WHERE body IS NOT NULL AND event_id IN (SELECT value FROM json_each(?))`,
+    );
     // Keys, body hash and stored answer stay: dedupe of a redelivery still works.
     const dropEvents = db.prepare(`UPDATE events SET body = NULL, headers = NULL WHERE status = 'done' AND id IN (SELECT value FROM json_each(?))`);
     return db

@@ -10,7 +10,10 @@ import type { Db } from './open.js';
  */
 export function queueStats(db: Db): Promise<QueueStats> {
   try {
-    const pending = db.prepare(`SELECT count(*) AS n, min(received_at) AS oldest FROM events WHERE status = 'pending'`).get() as { n: number; oldest: number | null };
+    const pending = db.prepare(`SELECT count(*) AS n, min(received_at) AS oldest FROM events WHERE status = 'pending'`).get() as {
+      n: number;
+      oldest: number | null;
+    };
     const processing = db.prepare(`SELECT count(*) FROM events WHERE status = 'processing'`).pluck().get() as number;
     const dead = db.prepare(`SELECT count(*) FROM events WHERE status = 'dead'`).pluck().get() as number;
     return Promise.resolve({ pending: pending.n, processing, dead, oldestPendingReceivedAt: pending.oldest });

@@ -30,7 +30,7 @@ export function stmt(db: Db, sql: string): Statement {
  * caller opened one, so nothing else runs on the connection between two of its statements.
  */
 export function runSteps<T>(db: Db, steps: Steps<T>): T {
-  for (let next = steps.next(); ; ) {
+  for (let next = steps.next(); ;) {
     if (next.done === true) return next.value;
     const s = stmt(db, next.value.sql);
     let result: StmtResult;

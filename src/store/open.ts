@@ -1,12 +1,11 @@
 import { SqliteStore } from './sqlite/index.js';
 import { assertWritable, assertWritableFiles } from './sqlite/open.js';
+import { isPostgresUrl } from '../config/database.js';
 import type { OpenStoreOptions, Store } from './types.js';
 
 export type { OpenStoreOptions } from './types.js';
 
-export function isPostgresUrl(database: string): boolean {
-  return /^postgres(ql)?:\/\//.test(database);
-}
+export { isPostgresUrl } from '../config/database.js';
 
 /** Opens the store the `database` setting names: a postgres:// URL or a SQLite file path. */
 export async function openStore(database: string, options: OpenStoreOptions): Promise<Store> {

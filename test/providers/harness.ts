@@ -7,9 +7,8 @@ import { makeConfig, post, REPO, startApp, tempDir, type RunningApp } from '../h
 
 /** Shared helpers for the provider tests: a real server on port 0 over a real SQLite file. */
 
-/** A copy of ../shared/provider-vectors.json, so a checkout alone runs the tests (vectors.test.ts compares them). */
+/** Known-good signatures from the providers' own libraries, one case per sender. */
 export const VECTORS_FILE = join(REPO, 'test/fixtures/provider-vectors.json');
-export const SHARED_VECTORS_FILE = join(REPO, '../shared/provider-vectors.json');
 export const VECTORS = JSON.parse(readFileSync(VECTORS_FILE, 'utf8')) as Record<string, Record<string, unknown>>;
 
 export function vector(name: string): Record<string, unknown> {

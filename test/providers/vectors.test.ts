@@ -1,6 +1,5 @@
-import { existsSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { expectVectorAndMutations, SHARED_VECTORS_FILE, startSources, vector, VECTORS, VECTORS_FILE, type SignedCase } from './harness.js';
+import { expectVectorAndMutations, startSources, vector, VECTORS, type SignedCase } from './harness.js';
 
 /**
  * Every known-good vector in provider-vectors.json, through the real HTTP server: it is
@@ -21,11 +20,6 @@ const cover = (name: string) => {
 };
 
 describe('provider vectors', () => {
-  it('the copy in test/fixtures is the shared file, byte for byte', () => {
-    if (!existsSync(SHARED_VECTORS_FILE)) return; // a bare checkout has only the copy
-    expect(readFileSync(VECTORS_FILE).equals(readFileSync(SHARED_VECTORS_FILE))).toBe(true);
-  });
-
   it('stripe: vector, mutations, and the two-v1 rotation header', async () => {
     const v = cover('stripe');
     const now = (v.timestamp as number) * 1000 + 10_000;

@@ -14,6 +14,8 @@ export interface DrainOptions {
   config: Config;
   store: DrainStore;
   logger: Logger;
+  /** The per-attempt and per-event lines' logger (ProcessContext.lineLogger). */
+  lineLogger?: Logger | undefined;
   now?: () => number;
   random?: () => number;
   /** Every effect attempt (metrics, tests). */
@@ -73,6 +75,7 @@ export function startDrain(options: DrainOptions): Drain {
     config,
     store,
     logger,
+    lineLogger: options.lineLogger,
     now,
     random: options.random ?? Math.random,
     leaseMs,

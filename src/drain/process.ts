@@ -40,6 +40,12 @@ export interface ProcessContext {
   config: Config;
   store: DrainStore;
   logger: Logger;
+  /**
+   * For the per-attempt and per-event lines only: their fields are ids, keys, outcomes and
+   * errors listed one by one (see report and settle), so they need no redaction, which
+   * cost about a fifth of the drain's CPU per event. Default: `logger`.
+   */
+  lineLogger?: Logger | undefined;
   now: () => number;
   random: () => number;
   leaseMs: number;
@@ -364,8 +370,9 @@ function report(
     error,
   };
   // Ids, keys and outcome only: never the body, headers or an effect's output (they may hold secrets).
-  if (outcome === 'failed') ctx.logger.warn(a, 'effect attempt');
-  else ctx.logger.info(a, 'effect attempt');
+  const log = ctx.lineLogger ?? ctx.logger;
+  if (outcome === 'failed') log.warn(a, 'effect attempt');
+  else log.info(a, 'effect attempt');
   ctx.onAttempt?.(a);
 }
 
@@ -379,11 +386,12 @@ function settle(ctx: ProcessContext, e: ClaimedEvent, o: EventOutcome): EventOut
     nextAttemptAt: o.nextAttemptAt,
     error: o.error,
   };
-  if (o.status === 'lost') ctx.logger.warn(fields, 'event lease lost: another drain took it over; nothing changed');
-  else if (o.status === 'dead') ctx.logger.error(fields, 'event dead');
-  else if (o.status === 'retry') ctx.logger.warn(fields, 'event will be retried');
-  else if (o.status === 'interrupted') ctx.logger.warn(fields, 'event left to its lease: the receiver stopped mid-effect');
-  else ctx.logger.debug(fields, 'event done');
+  const log = ctx.lineLogger ?? ctx.logger;
+  if (o.status === 'lost') log.warn(fields, 'event lease lost: another drain took it over; nothing changed');
+  else if (o.status === 'dead') log.error(fields, 'event dead');
+  else if (o.status === 'retry') log.warn(fields, 'event will be retried');
+  else if (o.status === 'interrupted') log.warn(fields, 'event left to its lease: the receiver stopped mid-effect');
+  else log.debug(fields, 'event done');
   ctx.onEvent?.(o);
   return o;
 }

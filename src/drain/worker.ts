@@ -60,6 +60,8 @@ if (parentPort !== null) {
   // The drain reads no source, no metrics or admin token and no catch-up setting (see DrainConfig).
   const config = { ...init.config, sources: new Map(), metrics: { enabled: false, token: undefined }, admin: undefined, catchUp: new Map() };
   const logger = createLogger(config.log.level);
+  // The attempt and event lines list their fields by hand: no redaction pass (see ProcessContext).
+  const lineLogger = createLogger(config.log.level, 2, { redact: false });
 
   // A promise a module effect's handler started and did not await: its own mistake, one line
   // (as in the main thread), and the drain goes on. Anything else is a bug: the main thread
@@ -97,6 +99,7 @@ if (parentPort !== null) {
       config,
       store,
       logger,
+      lineLogger,
       execEnv: init.execEnv,
       onAttempt: (a) => {
         attempts.push(a);

@@ -254,6 +254,21 @@ export interface ModuleRun {
   finishedAt: number;
 }
 
+/** The attempt row of a module run that ended: ok, or failed with its error. */
+function moduleAttempt(m: ModuleRun, outcome: 'ok' | 'failed', forced: boolean, error?: string): NewAttempt {
+  return {
+    eventId: m.lease.eventId,
+    attempt: m.attempt,
+    route: m.start.route,
+    effectKey: m.start.effectKey,
+    startedAt: m.startedAt,
+    finishedAt: m.finishedAt,
+    outcome,
+    forced,
+    ...(error === undefined ? {} : { error }),
+  };
+}
+
 /**
  * A module effect's handler resolved: in its transaction, the ledger row (done) and the
  * attempt (ok), and, when it was the event's last effect and nothing failed, the event
@@ -273,16 +288,7 @@ export function* moduleDone(d: Dialect, m: ModuleRun, completeOnOk: boolean): St
     m.finishedAt,
     forced ? 1 : 0,
   ]);
-  const attemptId = yield* insertAttempt(d, {
-    eventId: lease.eventId,
-    attempt: m.attempt,
-    route: start.route,
-    effectKey: start.effectKey,
-    startedAt: m.startedAt,
-    finishedAt: m.finishedAt,
-    outcome: 'ok',
-    forced,
-  });
+  const attemptId = yield* insertAttempt(d, moduleAttempt(m, 'ok', forced));
   const completed = completeOnOk && (yield* completeEvent(d, lease, m.finishedAt));
   return { action: 'ok', attemptId, runs: (row?.runs ?? 0) + 1, completed };
 }
@@ -291,17 +297,7 @@ export function* moduleDone(d: Dialect, m: ModuleRun, completeOnOk: boolean): St
 export function* moduleFailed(d: Dialect, m: ModuleRun, error: string): Steps<Extract<TransactionalOutcome, { action: 'failed' }>> {
   const { lease, start, row } = m;
   yield* changes(statements(d).markFailedTx, [start.effectKey, start.route, start.businessKey, lease.eventId, m.startedAt, m.finishedAt, error]);
-  const attemptId = yield* insertAttempt(d, {
-    eventId: lease.eventId,
-    attempt: m.attempt,
-    route: start.route,
-    effectKey: start.effectKey,
-    startedAt: m.startedAt,
-    finishedAt: m.finishedAt,
-    outcome: 'failed',
-    error,
-    forced: forcedRun(row, start),
-  });
+  const attemptId = yield* insertAttempt(d, moduleAttempt(m, 'failed', forcedRun(row, start), error));
   return { action: 'failed', attemptId, runs: row?.runs ?? 0, error };
 }
 

@@ -57,6 +57,21 @@ export interface CatchUpResult extends CatchUpCounts {
   hint: string | null;
 }
 
+/** What a run saw and did, as the log line and `catch-up --json` both report it. */
+export function runSummary(r: CatchUpResult) {
+  return {
+    source: r.source,
+    provider: r.provider,
+    from: new Date(r.from).toISOString(),
+    listed: r.listed,
+    alreadyStored: r.alreadyStored,
+    storedNow: r.storedNow,
+    redeliveryAsked: r.redeliveryAsked,
+    failed: r.failed,
+    requests: r.requests,
+  };
+}
+
 const zero = (): CatchUpCounts => ({ listed: 0, alreadyStored: 0, storedNow: 0, redeliveryAsked: 0, failed: 0 });
 
 export async function runCatchUp(o: CatchUpRunOptions): Promise<CatchUpResult> {

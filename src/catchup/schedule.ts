@@ -1,7 +1,7 @@
 import type { Config } from '../config/load.js';
 import type { Logger } from '../log.js';
 import type { Store } from '../store/types.js';
-import { runCatchUp, type CatchUpResult } from './run.js';
+import { runCatchUp, runSummary, type CatchUpResult } from './run.js';
 
 export interface CatchUpScheduleOptions {
   config: Pick<Config, 'catchUp' | 'sources' | 'routes'>;
@@ -56,18 +56,7 @@ export function startCatchUp({ config, store, logger, onStored, onResult, now = 
         ...(fetch === undefined ? {} : { fetch }),
       });
       onResult?.(r);
-      const line = {
-        source: r.source,
-        provider: r.provider,
-        from: new Date(r.from).toISOString(),
-        listed: r.listed,
-        alreadyStored: r.alreadyStored,
-        storedNow: r.storedNow,
-        redeliveryAsked: r.redeliveryAsked,
-        failed: r.failed,
-        requests: r.requests,
-        durationMs: r.durationMs,
-      };
+      const line = { ...runSummary(r), durationMs: r.durationMs };
       if (r.error === null) logger.info(line, 'catch-up');
       else logger.error({ ...line, error: r.error, ...(r.hint === null ? {} : { hint: r.hint }) }, 'catch-up failed');
       if (r.storedNow > 0) onStored?.();

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import type { Config } from '../config/load.js';
-import { runCatchUp, type CatchUpProgress, type CatchUpResult } from '../catchup/run.js';
+import { runCatchUp, runSummary, type CatchUpProgress, type CatchUpResult } from '../catchup/run.js';
 import { ReceiverError } from '../errors.js';
 import { addCommonOptions, configFrom, openStoreFor, printable, printJson, type CommonOptions } from './common.js';
 import { ExitCode, type CliIo } from './io.js';
@@ -101,15 +101,7 @@ const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOStrin
 
 function jsonOf(r: CatchUpResult) {
   return {
-    source: r.source,
-    provider: r.provider,
-    from: iso(r.from),
-    listed: r.listed,
-    alreadyStored: r.alreadyStored,
-    storedNow: r.storedNow,
-    redeliveryAsked: r.redeliveryAsked,
-    failed: r.failed,
-    requests: r.requests,
+    ...runSummary(r),
     resumeAt: iso(r.resumeAt),
     error: r.error,
     ...(r.hint === null ? {} : { hint: r.hint }),

@@ -1,5 +1,5 @@
 import { InvalidArgumentError, type Command } from 'commander';
-import { moduleOrigin } from '../effects/module.js';
+import { logModuleRejection } from '../effects/module.js';
 import { createLogger } from '../log.js';
 import { startReceiver } from '../server.js';
 import { addCommonOptions, configFrom, type CommonOptions } from './common.js';
@@ -25,12 +25,6 @@ export function registerServe(program: Command, io: CliIo): void {
     .action((options: ServeOptions) => serve(options, io));
 }
 
-/** A thrown value as one short line: no stack, no properties (they may carry a body). */
-function briefly(e: unknown): string {
-  const text = e instanceof Error ? `${e.name}: ${e.message}` : typeof e === 'string' ? e : Object.prototype.toString.call(e);
-  return text.length > 200 ? `${text.slice(0, 200)}...` : text;
-}
-
 /**
  * `receiver serve`: the receiver (src/server.ts) as a process. Configuration first; a
  * start-up failure rejects with Error/Try (exit 1, or 2 for configuration), so systemd sees
@@ -50,15 +44,8 @@ export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
   };
   process.on('uncaughtException', crash('uncaught exception'));
   process.on('unhandledRejection', (e: unknown) => {
-    // A promise a module effect's handler started and did not await: its own mistake. One
-    // line with the ids and the error's first 200 characters (never a stack or the event),
-    // and the receiver keeps serving. The attempt itself was decided by what it returned.
-    const from = moduleOrigin();
-    if (from !== undefined) {
-      logger.error({ ...from, error: briefly(e) }, 'module effect left a promise rejection unhandled; ignored, the receiver keeps running');
-      return;
-    }
-    crash('unhandled promise rejection')(e);
+    // A module effect's stray rejection is logged and ignored; anything else is a bug.
+    if (!logModuleRejection(logger, e)) crash('unhandled promise rejection')(e);
   });
 
   const receiver = await startReceiver(config, { logger, deliveryLogger, processMetrics: true, onFatal: crash('drain thread failed') });

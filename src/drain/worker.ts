@@ -7,7 +7,7 @@
 import { readlinkSync } from 'node:fs';
 import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
-import { moduleOrigin } from '../effects/module.js';
+import { logModuleRejection } from '../effects/module.js';
 import { createLogger } from '../log.js';
 import { openStore } from '../store/open.js';
 import { startDrain, type AttemptOutcome, type EventOutcome } from './loop.js';
@@ -67,13 +67,7 @@ if (parentPort !== null) {
   // (as in the main thread), and the drain goes on. Anything else is a bug: the main thread
   // sees this thread fail and exits for systemd to restart it.
   process.on('unhandledRejection', (e: unknown) => {
-    const from = moduleOrigin();
-    if (from === undefined) throw e;
-    const text = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
-    logger.error(
-      { ...from, error: text.length > 200 ? `${text.slice(0, 200)}...` : text },
-      'module effect left a promise rejection unhandled; ignored, the receiver keeps running',
-    );
+    if (!logModuleRejection(logger, e)) throw e;
   });
 
   let attempts: AttemptOutcome[] = [];

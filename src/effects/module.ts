@@ -49,6 +49,23 @@ export function moduleOrigin(): ModuleOrigin | undefined {
   return origin.getStore();
 }
 
+/**
+ * A promise a module effect's handler started and did not await, rejected: its own
+ * mistake. Logged as one line with the ids and the error's first 200 characters (never a
+ * stack or the event), and the receiver keeps going. False when the rejection is not a
+ * module's (a bug of the receiver's: the caller ends the process).
+ */
+export function logModuleRejection(logger: { error(fields: object, msg: string): void }, e: unknown): boolean {
+  const from = moduleOrigin();
+  if (from === undefined) return false;
+  const text = e instanceof Error ? `${e.name}: ${e.message}` : typeof e === 'string' ? e : Object.prototype.toString.call(e);
+  logger.error(
+    { ...from, error: text.length > 200 ? `${text.slice(0, 200)}...` : text },
+    'module effect left a promise rejection unhandled; ignored, the receiver keeps running',
+  );
+  return true;
+}
+
 /** import(); the single executable sets its own (its script cannot import() a file itself). */
 let importModule = (url: string): Promise<{ default?: unknown }> => import(url);
 

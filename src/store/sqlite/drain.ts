@@ -106,16 +106,22 @@ async function immediate<T>(c: DrainConnection, what: string, fn: () => T, optio
   try {
     return tx();
   } catch (e) {
-    // The step rolled back its savepoint. The group's transaction is ended too (committed
-    // if it can be), so the write lock is not held while the caller waits to try again:
-    // another process may be the one to free what failed (a purge on a full disk).
-    try {
-      commitGroup(c);
-    } catch {
-      // Rolled back: its claims went with it, and those events are claimed again.
-    }
-    throw sqliteError(e, what);
+    throw stepFailed(c, e, what);
   }
+}
+
+/**
+ * A step failed and rolled back its own part. In a group, the group's transaction is ended
+ * too (committed if it can be), so the write lock is not held while the caller waits to try
+ * again: another process may be the one to free what failed (a purge on a full disk).
+ */
+function stepFailed(c: DrainConnection, e: unknown, what: string): Error {
+  try {
+    commitGroup(c);
+  } catch {
+    // Rolled back: its claims went with it, and those events are claimed again.
+  }
+  return sqliteError(e, what);
 }
 
 /** The shared steps of one operation, in one IMMEDIATE transaction. */
@@ -328,7 +334,7 @@ export async function runTransactionalEffect(c: DrainConnection, m: steps.Module
     }
   } catch (e) {
     rollback(c);
-    throw sqliteError(e, 'module effect');
+    throw stepFailed(c, e, 'module effect');
   }
 
   // The write lock is held across this await: the handler's writes and the ledger row
@@ -346,7 +352,7 @@ export async function runTransactionalEffect(c: DrainConnection, m: steps.Module
       // Nothing committed: the handler's writes are gone with the ledger row, and the
       // event stays claimed until its lease expires and it is retried.
       rollback(c);
-      throw sqliteError(e, 'module effect');
+      throw stepFailed(c, e, 'module effect');
     }
   }
 

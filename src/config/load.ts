@@ -8,6 +8,7 @@ import { HEADERS_SET_BY_RECEIVER } from '../effects/http.js';
 import { checkTemplate } from '../template.js';
 import { configSchema, HEADER_NAME, type RawConfig, type RouteConfig, type SourceConfig } from './schema.js';
 import { isPostgresUrl } from './database.js';
+import { locateJsonError } from './json-position.js';
 import { resolveSecret, type Secret } from './secret.js';
 import { catchUpSenders } from '../catchup/senders.js';
 import type { CatchUpSettings } from '../catchup/types.js';
@@ -68,11 +69,18 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
       code === 'ENOENT' ? `cp contrib/receiver.example.json ${file}, or pass -c <file>` : `check the permissions of ${file}`,
     );
   }
+  // A byte-order mark some editors write is not part of the JSON.
+  if (text.startsWith('\uFEFF')) text = text.slice(1);
   let json: unknown;
   try {
     json = JSON.parse(text);
   } catch (e) {
-    throw configError(`${file} is not valid JSON: ${(e as Error).message}`, 'fix the JSON syntax (a trailing comma is a common cause)');
+    // file:line:column, as compilers write it: editors and terminals jump there.
+    const at = locateJsonError(text, e as Error);
+    throw configError(
+      `${file}:${at.line}:${at.column}: not valid JSON: ${at.reason}`,
+      `fix the JSON syntax at line ${at.line}, column ${at.column} (a trailing comma or a missing comma on the line before is a common cause)`,
+    );
   }
   return resolveConfig(json, file, overrides, env);
 }

@@ -132,7 +132,7 @@ describe('receiver check-config', () => {
       env,
       /sources\.x\.provider: unknown provider "stripee"/,
     ],
-    ['malformed JSON', () => `{ "sources": { "a": { "provider": "stripe", "secret": "${LITERAL}", } }`, env, /is not valid JSON/],
+    ['malformed JSON', () => `{ "sources": { "a": { "provider": "stripe", "secret": "${LITERAL}", } }`, env, /receiver\.config\.json:1:\d+: not valid JSON/],
     [
       'an unknown field',
       (d) => ({ ...valid(d), sources: { ...valid(d).sources, typo: { provider: 'stripe', secrest: LITERAL } } }),

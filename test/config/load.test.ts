@@ -73,10 +73,36 @@ describe('configuration', () => {
   it('malformed JSON names the file; a missing file says how to create one', () => {
     const bad = join(tmp.dir, 'bad.json');
     writeFileSync(bad, '{"sources": {},}');
-    expect(configErrorOf(() => loadConfig({ config: bad }, {})).message).toMatch(/bad\.json is not valid JSON/);
+    expect(configErrorOf(() => loadConfig({ config: bad }, {})).message).toMatch(/bad\.json:1:16: not valid JSON/);
     const missing = configErrorOf(() => loadConfig({ config: join(tmp.dir, 'none.json') }, {}));
     expect(missing.message).toMatch(/cannot read configuration file .*none\.json \(ENOENT\)/);
     expect(missing.hint).toMatch(/cp contrib\/receiver\.example\.json/);
+  });
+
+  // Each case: the text, and where an editor should put the cursor (line, column, 1-based).
+  it.each([
+    ['a trailing comma', '{\n  "port": 8080,\n  "host": "127.0.0.1",\n}\n', 4, 1, /Expected double-quoted property name/],
+    ['a missing comma between fields', '{\n  "port": 8080\n  "host": "127.0.0.1"\n}', 3, 3, /Expected ',' or '}' after property value/],
+    ['a misspelt literal (Node names no offset)', '{\n  "drain": {\n    "enabled": tru\n  }\n}', 3, 19, /Unexpected character "\\n"$/],
+    ['two commas in an array (Node names no offset)', '{\n\t"routes": [1,,2]\n}', 2, 15, /Unexpected character ","$/],
+    ['a cut-off file', '{\n  "sources": {\n', 3, 1, /Expected property name or '}'/],
+    ['an empty file', '', 1, 1, /unexpected end of the file/],
+    ['a line break inside a string', '{ "host": "a\nb" }', 1, 13, /Bad control character/],
+    ['text after the document', '{}\n}', 2, 1, /Unexpected non-whitespace character after JSON$/],
+  ])('a JSON syntax error (%s) is reported as file:line:column with the reason', (_what, text, line, column, reason) => {
+    const file = join(tmp.dir, 'syntax.json');
+    writeFileSync(file, text);
+    const e = configErrorOf(() => loadConfig({ config: file }, {}));
+    expect(e.message).toMatch(new RegExp(`^${file.replace(/[.\\/]/g, '\\$&')}:${line}:${column}: not valid JSON: `));
+    expect(e.message).toMatch(reason);
+    expect(e.message).not.toMatch(/position|is not valid JSON$/);
+    expect(e.hint).toContain(`line ${line}, column ${column}`);
+  });
+
+  it('a byte-order mark before the JSON is accepted', () => {
+    const file = join(tmp.dir, 'bom.json');
+    writeFileSync(file, `\uFEFF${JSON.stringify({ database: join(tmp.dir, 'bom.db'), port: 9123 })}`);
+    expect(loadConfig({ config: file }, {}).port).toBe(9123);
   });
 
   it('operator commands load without secrets: no env needed, and no secret is read', () => {

@@ -3,6 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { ReceiverError } from '../errors.js';
+import { registerBackup } from './backup.js';
 import { registerCatchUp } from './catch-up.js';
 import { registerCheckConfig } from './check-config.js';
 import { registerEvents } from './events.js';
@@ -81,6 +82,7 @@ export function buildProgram(io: CliIo = processIo()): Command {
   registerEvents(program, io);
   registerStats(program, io);
   registerCatchUp(program, io);
+  registerBackup(program, io);
   // Every subcommand reports bad flags through the same exit path.
   for (const cmd of program.commands) cmd.exitOverride();
   return program;

@@ -1,5 +1,9 @@
 import type { Command } from 'commander';
 import { describeConfig } from '../config/describe.js';
+import { isPostgresUrl } from '../config/database.js';
+import { preflight } from '../config/preflight.js';
+import { configError } from '../errors.js';
+import { processUser } from '../store/sqlite/open.js';
 import { addCommonOptions, configFrom, printJson, type CommonOptions } from './common.js';
 import type { CliIo } from './io.js';
 
@@ -14,9 +18,21 @@ export function registerCheckConfig(program: Command, io: CliIo): void {
     .action((options: CheckConfigOptions) => checkConfig(options, io));
 }
 
-/** `receiver check-config`: a configuration error is thrown (exit 2); else the resolved configuration, secrets hidden. */
-export function checkConfig(options: CheckConfigOptions, io: CliIo): void {
-  const description = describeConfig(configFrom(options, io.env));
+/**
+ * `receiver check-config`: a configuration error is thrown (exit 2); so is a problem the
+ * first event would meet (a missing program or module, a database directory this user
+ * cannot write: see preflight); else the resolved configuration, secrets hidden.
+ */
+export async function checkConfig(options: CheckConfigOptions, io: CliIo): Promise<void> {
+  const config = configFrom(options, io.env);
+  const problems = await preflight(config, { cwd: process.cwd(), env: io.env });
+  if (problems.length > 0) {
+    throw configError(
+      `${config.file}: ${problems.length === 1 ? 'a problem' : `${problems.length} problems`} found (checked as ${processUser()}, nothing was run)\n${problems.join('\n')}`,
+      "fix what is named above; run check-config as the service's user (contrib/receiver.sh does), whose permissions are the ones that count",
+    );
+  }
+  const description = describeConfig(config);
   if (options.json === true) return printJson(io.stdout, description);
   const out: string[] = [`configuration ${description.file} is valid`, `database: ${description.database}`, `listen: ${description.listen}`, 'sources:'];
   for (const s of description.sources) {
@@ -28,5 +44,7 @@ export function checkConfig(options: CheckConfigOptions, io: CliIo): void {
   out.push(`metrics: ${description.metrics.enabled ? `GET /metrics${description.metrics.token ? ' (bearer token required)' : ' (no token)'}` : 'off'}`);
   out.push('routes:');
   for (const r of description.routes) out.push(`  ${r.name}: ${r.source} [${r.events.join(', ')}] key ${r.key} -> ${JSON.stringify(r.effect)}`);
+  const sqlite = !isPostgresUrl(config.database) && config.database !== ':memory:';
+  out.push(`checked as ${processUser()}: exec programs found and executable, modules load${sqlite ? ', the database directory writable' : ''}`);
   io.stdout.write(`${out.join('\n')}\n`);
 }

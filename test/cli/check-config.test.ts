@@ -1,6 +1,8 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { userInfo } from 'node:os';
 import { afterAll, describe, expect, it } from 'vitest';
-import { runCli, runInProcess, tempDir, writeConfig } from '../helpers.js';
+import { BIN, runCli, runInProcess, tempDir, writeConfig } from '../helpers.js';
 
 /** `receiver check-config`, in-process and as a subprocess: exit codes, output, and no secret ever printed. */
 
@@ -28,6 +30,7 @@ describe('receiver check-config', () => {
 
   const valid = (d: string) => {
     writeFileSync(`${d}/shop.secret`, `${FILE_SECRET}\n`);
+    writeFileSync(`${d}/issue-licence`, '#!/bin/sh\nexit 0\n', { mode: 0o755 });
     return {
       sources: {
         stripe: { provider: 'stripe', secret: 'env:CC_STRIPE_SECRET' },
@@ -40,7 +43,7 @@ describe('receiver check-config', () => {
           source: 'stripe',
           events: ['checkout.session.completed'],
           key: '{body.data.object.id}',
-          effect: { exec: ['/usr/local/bin/issue-licence'], timeoutSeconds: 30 },
+          effect: { exec: [`${d}/issue-licence`], timeoutSeconds: 30 },
         },
         {
           name: 'app',
@@ -173,4 +176,130 @@ describe('receiver check-config', () => {
       }
     });
   }
+
+  describe('checks what the first event would meet, without running any effect', () => {
+    const routesOf = (d: string, effects: Record<string, unknown>[]) => ({
+      ...valid(d),
+      routes: effects.map((effect, i) => ({ name: `r${i}`, source: 'stripe', events: ['*'], key: '{body.id}', effect })),
+    });
+
+    it('passes when programs (by path, and by bare name through PATH) exist and are executable and modules load; a module is imported, never called', async () => {
+      const d = dir();
+      mkdirSync(`${d}/bin`);
+      writeFileSync(`${d}/bin/notify`, '#!/bin/sh\nexit 0\n', { mode: 0o755 });
+      writeFileSync(
+        `${d}/handler.mjs`,
+        `import { writeFileSync } from 'node:fs';\nexport default async () => { writeFileSync(${JSON.stringify(`${d}/called`)}, 'x'); };\n`,
+      );
+      const file = writeConfig(
+        d,
+        routesOf(d, [{ exec: [`${d}/issue-licence`] }, { exec: ['notify', '--flag'] }, { module: './handler.mjs' }, { exec: ['sh', '-c', 'true'] }]),
+      );
+      const r = await runCli(['check-config', '-c', file], { env: { ...env, PATH: `${d}/bin:${process.env.PATH ?? ''}` } });
+      expect(r.stderr).toBe('');
+      expect(r.code).toBe(0);
+      expect(r.stdout).toMatch(/^checked as \S+: exec programs found and executable, modules load, the database directory writable$/m);
+      expect(existsSync(`${d}/called`)).toBe(false);
+    });
+
+    it('names each route whose program or module is missing, not executable or does not load, and the database directory; exit 2', async () => {
+      const d = dir();
+      writeFileSync(`${d}/not-exec.sh`, '#!/bin/sh\nexit 0\n', { mode: 0o644 });
+      chmodSync(`${d}/not-exec.sh`, 0o644);
+      mkdirSync(`${d}/a-dir`);
+      writeFileSync(`${d}/broken.mjs`, 'export default async (event, ctx) => {\n');
+      writeFileSync(`${d}/no-default.mjs`, 'export const handler = async () => {};\n');
+      writeFileSync(`${d}/plain-file`, 'not a directory');
+      const file = writeConfig(d, {
+        ...routesOf(d, [
+          { exec: ['/nonexistent/issue-licence'] },
+          { exec: [`${d}/not-exec.sh`] },
+          { exec: ['no-such-program-anywhere'] },
+          { exec: [`${d}/a-dir`] },
+          { module: './missing.mjs' },
+          { module: './broken.mjs' },
+          { module: `${d}/no-default.mjs` },
+          { exec: [`${d}/issue-licence`] },
+        ]),
+        database: `${d}/plain-file/data/receiver.db`,
+      });
+      for (const json of [false, true]) {
+        const r = await runInProcess(['check-config', '-c', file, ...(json ? ['--json'] : [])], { env: { ...env, PATH: '/usr/bin:/bin' } });
+        expect(r.code).toBe(2);
+        expect(r.stdout).toBe('');
+        const lines = r.stderr.split('\n');
+        expect(lines[0]).toMatch(/^Error: .*receiver\.config\.json: 8 problems found \(checked as \S+, nothing was run\)$/);
+        expect(lines.slice(1, 9)).toEqual([
+          'routes.0 (r0).effect.exec.0: /nonexistent/issue-licence does not exist',
+          `routes.1 (r1).effect.exec.0: ${d}/not-exec.sh is not executable by ${lines[0]!.replace(/.*checked as (\S+),.*/, '$1')} (chmod +x ${d}/not-exec.sh, or check the directories above it)`,
+          "routes.2 (r2).effect.exec.0: no-such-program-anywhere is not found on PATH (/usr/bin:/bin); give its absolute path, or add its directory to PATH in the service's environment",
+          `routes.3 (r3).effect.exec.0: ${d}/a-dir is not a file`,
+          `routes.4 (r4).effect.module: ${d}/missing.mjs does not exist (relative to the configuration file's directory, ${d})`,
+          expect.stringMatching(new RegExp(`^routes\\.5 \\(r5\\)\\.effect\\.module: ${d}/broken\\.mjs cannot be loaded: .+`)),
+          `routes.6 (r6).effect.module: ${d}/no-default.mjs cannot be loaded: module ${d}/no-default.mjs has no default export function (export default async function (event, ctx) { ... })`,
+          `database: the directory ${d}/plain-file/data cannot be created: ${d}/plain-file is a file (install -d -m 0750 -o receiver -g receiver ${d}/plain-file/data)`,
+        ]);
+        expect(r.stderr).toMatch(/^Try: fix what is named above; run check-config as the service's user/m);
+        expectNoSecrets(r.stdout + r.stderr);
+      }
+    });
+
+    it('resolves a relative program path against the working directory, as serve does', async () => {
+      const d = dir();
+      mkdirSync(`${d}/scripts`);
+      writeFileSync(`${d}/scripts/deploy.sh`, '#!/bin/sh\nexit 0\n', { mode: 0o755 });
+      const file = writeConfig(d, routesOf(d, [{ exec: ['./scripts/deploy.sh'] }]));
+      expect((await runCli(['check-config', '-c', file], { env, cwd: d })).code).toBe(0);
+      const elsewhere = await runCli(['check-config', '-c', file], { env, cwd: tmp.dir });
+      expect(elsewhere.code).toBe(2);
+      expect(elsewhere.stderr).toContain(
+        `routes.0 (r0).effect.exec.0: ${tmp.dir}/scripts/deploy.sh does not exist (relative to the working directory ${tmp.dir}, where serve runs too)`,
+      );
+    });
+
+    it('a database directory that does not exist yet passes when serve could create it', async () => {
+      const d = dir();
+      const file = writeConfig(d, { ...valid(d), database: `${d}/data/receiver.db` });
+      expect((await runInProcess(['check-config', '-c', file], { env })).code).toBe(0);
+    });
+
+    // Permissions are checked for the user running check-config. Root may write anywhere, so
+    // as root the command runs as `nobody` (runuser), as an operator runs it as the service's user.
+    it('names what this user cannot do: a program only root may run, a directory or a database file it cannot write', async () => {
+      const root = process.getuid?.() === 0;
+      const d = dir();
+      chmodSync(tmp.dir, 0o755);
+      chmodSync(d, 0o755);
+      valid(d);
+      writeFileSync(`${d}/root-only.sh`, '#!/bin/sh\nexit 0\n', { mode: 0o700 });
+      chmodSync(`${d}/root-only.sh`, root ? 0o700 : 0o600);
+      mkdirSync(`${d}/ro`);
+      chmodSync(`${d}/ro`, 0o555);
+      mkdirSync(`${d}/rw`);
+      chmodSync(`${d}/rw`, 0o777);
+      writeFileSync(`${d}/rw/receiver.db`, '');
+      chmodSync(`${d}/rw/receiver.db`, 0o444);
+      const run = (database: string) => {
+        const file = writeConfig(d, { ...routesOf(d, [{ exec: [`${d}/root-only.sh`] }]), database });
+        chmodSync(file, 0o644);
+        const args = ['check-config', '-c', file];
+        if (!root) return runInProcess(args, { env });
+        return new Promise<{ code: number | null; stderr: string }>((resolve) => {
+          const child = spawn('runuser', ['-u', 'nobody', '--', process.execPath, BIN, ...args], { env: { ...process.env, ...env }, cwd: d });
+          let stderr = '';
+          child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
+          child.on('close', (code) => resolve({ code, stderr }));
+        });
+      };
+      const user = root ? 'nobody' : userInfo().username;
+      const ro = await run(`${d}/ro/receiver.db`);
+      expect(ro.code).toBe(2);
+      expect(ro.stderr).toContain(`checked as ${user}, nothing was run`);
+      expect(ro.stderr).toContain(`routes.0 (r0).effect.exec.0: ${d}/root-only.sh is not executable by ${user}`);
+      expect(ro.stderr).toContain(`database: the directory ${d}/ro is not writable by ${user}`);
+      const file = await run(`${d}/rw/receiver.db`);
+      expect(file.code).toBe(2);
+      expect(file.stderr).toContain(`database: database ${d}/rw/receiver.db cannot be written by ${user}: the file is not writable`);
+    });
+  });
 });

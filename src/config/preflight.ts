@@ -1,0 +1,123 @@
+import { accessSync, constants, existsSync, statSync } from 'node:fs';
+import { delimiter, dirname, isAbsolute, join, resolve } from 'node:path';
+import { loadHandler, modulePath } from '../effects/module.js';
+import { ReceiverError } from '../errors.js';
+import { assertWritableFiles, processUser } from '../store/sqlite/open.js';
+import { isPostgresUrl } from './database.js';
+import type { Config } from './load.js';
+
+/**
+ * What `check-config` checks beyond the configuration's own shape, without running any
+ * effect: each exec effect's program exists and this user may execute it, each module
+ * effect's file exists and imports with a default export function, and the SQLite
+ * database's directory exists (or can be created) and is writable. Each of these would
+ * otherwise surface only at the first event (a dead event, or a retried one) or at start.
+ *
+ * Checked for the user running check-config: run it as the service's user
+ * (contrib/receiver.sh does), since another user's permissions cannot be asked of the
+ * kernel. Returns one line per problem, naming the route or field.
+ */
+export async function preflight(config: Config, where: { cwd: string; env: NodeJS.ProcessEnv }): Promise<string[]> {
+  const problems: string[] = [];
+  for (const [i, route] of config.routes.entries()) {
+    const field = `routes.${i} (${route.name}).effect`;
+    const program = route.effect.exec?.[0];
+    if (program !== undefined) {
+      const p = programProblem(program, where);
+      if (p !== undefined) problems.push(`${field}.exec.0: ${p}`);
+    }
+    if (route.effect.module !== undefined) {
+      const p = await moduleProblem(route.effect.module, config.file);
+      if (p !== undefined) problems.push(`${field}.module: ${p}`);
+    }
+  }
+  const db = databaseProblem(config.database);
+  if (db !== undefined) problems.push(`database: ${db}`);
+  return problems;
+}
+
+/** Why spawn could not run `program`, as it resolves it: a path with a slash against the working directory, a bare name through PATH. */
+export function programProblem(program: string, where: { cwd: string; env: NodeJS.ProcessEnv }): string | undefined {
+  const user = processUser();
+  if (program.includes('/')) {
+    const path = isAbsolute(program) ? program : resolve(where.cwd, program);
+    const relative = isAbsolute(program) ? '' : ` (relative to the working directory ${where.cwd}, where serve runs too)`;
+    if (!existsSync(path)) return `${path} does not exist${relative}`;
+    return executableProblem(path, user);
+  }
+  // spawn searches the child's PATH, which is the service's own (exec effects inherit it);
+  // without PATH, the system's default search path.
+  const path = where.env.PATH ?? '/usr/bin:/bin';
+  let found: string | undefined;
+  for (const dir of path.split(delimiter)) {
+    const candidate = join(dir === '' ? where.cwd : dir, program);
+    if (!existsSync(candidate)) continue;
+    const p = executableProblem(candidate, user);
+    if (p === undefined) return undefined;
+    found ??= p;
+  }
+  return found ?? `${program} is not found on PATH (${path}); give its absolute path, or add its directory to PATH in the service's environment`;
+}
+
+function executableProblem(path: string, user: string): string | undefined {
+  let isFile: boolean;
+  try {
+    isFile = statSync(path).isFile();
+  } catch (e) {
+    return `${path} cannot be read by ${user} (${(e as NodeJS.ErrnoException).code ?? 'error'})`;
+  }
+  if (!isFile) return `${path} is not a file`;
+  try {
+    accessSync(path, constants.X_OK);
+  } catch {
+    return `${path} is not executable by ${user} (chmod +x ${path}, or check the directories above it)`;
+  }
+  return undefined;
+}
+
+/** Imports the module as the drain would (its top level runs; the handler is not called). */
+async function moduleProblem(spec: string, configFile: string): Promise<string | undefined> {
+  const path = modulePath(spec, configFile);
+  const relative = isAbsolute(spec) ? '' : ` (relative to the configuration file's directory, ${dirname(resolve(configFile))})`;
+  if (!existsSync(path)) return `${path} does not exist${relative}`;
+  try {
+    await loadHandler(path);
+  } catch (e) {
+    const message = e instanceof Error ? e.message : String(e);
+    return `${path} cannot be loaded: ${message.split('\n')[0] ?? ''}`;
+  }
+  return undefined;
+}
+
+/** A SQLite database serve could not create or write (PostgreSQL and :memory: are not checked here). */
+function databaseProblem(database: string): string | undefined {
+  if (isPostgresUrl(database) || database === ':memory:') return undefined;
+  const user = processUser();
+  const dir = dirname(database);
+  if (!existsSync(dir)) {
+    // serve creates the directory when its parent lets it: find the nearest one that exists.
+    let parent = dirname(dir);
+    while (!existsSync(parent) && parent !== dirname(parent)) parent = dirname(parent);
+    const create = `(install -d -m 0750 -o receiver -g receiver ${dir})`;
+    if (!statSync(parent).isDirectory()) return `the directory ${dir} cannot be created: ${parent} is a file ${create}`;
+    try {
+      accessSync(parent, constants.W_OK | constants.X_OK);
+      return undefined;
+    } catch {
+      return `the directory ${dir} does not exist, and ${user} cannot create it in ${parent} ${create}`;
+    }
+  }
+  if (!statSync(dir).isDirectory()) return `${dir} is not a directory`;
+  try {
+    accessSync(dir, constants.W_OK | constants.X_OK);
+  } catch {
+    return `the directory ${dir} is not writable by ${user} (SQLite creates ${database}-wal and -shm there; chown it to the service's user)`;
+  }
+  try {
+    assertWritableFiles(database);
+  } catch (e) {
+    if (!(e instanceof ReceiverError)) throw e;
+    return `${e.message}${e.hint === undefined ? '' : ` (try: ${e.hint})`}`;
+  }
+  return undefined;
+}

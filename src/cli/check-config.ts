@@ -44,7 +44,7 @@ export async function checkConfig(options: CheckConfigOptions, io: CliIo): Promi
   out.push(`metrics: ${description.metrics.enabled ? `GET /metrics${description.metrics.token ? ' (bearer token required)' : ' (no token)'}` : 'off'}`);
   out.push('routes:');
   for (const r of description.routes) out.push(`  ${r.name}: ${r.source} [${r.events.join(', ')}] key ${r.key} -> ${JSON.stringify(r.effect)}`);
-  const sqlite = !isPostgresUrl(config.database) && config.database !== ':memory:';
-  out.push(`checked as ${processUser()}: exec programs found and executable, modules load${sqlite ? ', the database directory writable' : ''}`);
+  const database = isPostgresUrl(config.database) ? ', the database answers' : config.database === ':memory:' ? '' : ', the database directory writable';
+  out.push(`checked as ${processUser()}: exec programs found and executable, modules load${database}`);
   io.stdout.write(`${out.join('\n')}\n`);
 }

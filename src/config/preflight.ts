@@ -2,6 +2,7 @@ import { accessSync, constants, existsSync, statSync } from 'node:fs';
 import { delimiter, dirname, isAbsolute, join, resolve } from 'node:path';
 import { loadHandler, modulePath } from '../effects/module.js';
 import { ReceiverError } from '../errors.js';
+import { redactUrl } from '../log.js';
 import { assertWritableFiles, processUser } from '../store/sqlite/open.js';
 import { isPostgresUrl } from './database.js';
 import type { Config } from './load.js';
@@ -9,8 +10,9 @@ import type { Config } from './load.js';
 /**
  * What `check-config` checks beyond the configuration's own shape, without running any
  * effect: each exec effect's program exists and this user may execute it, each module
- * effect's file exists and imports with a default export function, and the SQLite
- * database's directory exists (or can be created) and is writable. Each of these would
+ * effect's file exists and imports with a default export function, the SQLite
+ * database's directory exists (or can be created) and is writable, a PostgreSQL server
+ * answers. Each of these would
  * otherwise surface only at the first event (a dead event, or a retried one) or at start.
  *
  * Checked for the user running check-config: run it as the service's user
@@ -31,7 +33,7 @@ export async function preflight(config: Config, where: { cwd: string; env: NodeJ
       if (p !== undefined) problems.push(`${field}.module: ${p}`);
     }
   }
-  const db = databaseProblem(config.database);
+  const db = isPostgresUrl(config.database) ? await postgresProblem(config.database, config.busyTimeoutMs) : databaseProblem(config.database);
   if (db !== undefined) problems.push(`database: ${db}`);
   return problems;
 }
@@ -89,7 +91,25 @@ async function moduleProblem(spec: string, configFile: string): Promise<string |
   return undefined;
 }
 
-/** A SQLite database serve could not create or write (PostgreSQL and :memory: are not checked here). */
+/**
+ * A PostgreSQL server that does not answer `SELECT 1` with these credentials within the
+ * time serve gives a new connection. Nothing is created or migrated.
+ */
+async function postgresProblem(url: string, busyTimeoutMs: number): Promise<string | undefined> {
+  const { createPool } = await import('../store/postgres/open.js');
+  const { postgresError } = await import('../store/postgres/errors.js');
+  const pool = createPool(url, { busyTimeoutMs, poolSize: 1 });
+  try {
+    await pool.query('SELECT 1');
+    return undefined;
+  } catch (e) {
+    return `${postgresError(e, `cannot connect to ${redactUrl(url)}`).message} (check the URL, the password in the service's environment, and that the server accepts this host)`;
+  } finally {
+    await pool.end().catch(() => undefined);
+  }
+}
+
+/** A SQLite database serve could not create or write (:memory: is not checked). */
 function databaseProblem(database: string): string | undefined {
   if (isPostgresUrl(database) || database === ':memory:') return undefined;
   const user = processUser();

@@ -3,6 +3,9 @@ import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { afterAll, describe, expect, it } from 'vitest';
 import { BIN, runCli, runInProcess, tempDir, writeConfig } from '../helpers.js';
+import { postgresAvailable, postgresBaseUrl } from '../postgres-helpers.js';
+
+const pgOk = await postgresAvailable();
 
 /** `receiver check-config`, in-process and as a subprocess: exit codes, output, and no secret ever printed. */
 
@@ -261,6 +264,20 @@ describe('receiver check-config', () => {
       const d = dir();
       const file = writeConfig(d, { ...valid(d), database: `${d}/data/receiver.db` });
       expect((await runInProcess(['check-config', '-c', file], { env })).code).toBe(0);
+    });
+
+    it.skipIf(!pgOk)('on PostgreSQL it connects: a server that answers passes, a refused connection is named (password hidden)', async () => {
+      const d = dir();
+      const ok = writeConfig(d, { ...valid(d), database: postgresBaseUrl });
+      const passed = await runInProcess(['check-config', '-c', ok], { env });
+      expect(passed.stderr).toBe('');
+      expect(passed.code).toBe(0);
+      expect(passed.stdout).toMatch(/^checked as \S+: exec programs found and executable, modules load, the database answers$/m);
+      // Port 1: nothing listens there.
+      const refused = await runInProcess(['check-config', '-c', ok, '--db', 'postgres://receiver:pg-pass-1a2b@127.0.0.1:1/receiver'], { env });
+      expect(refused.code).toBe(2);
+      expect(refused.stderr).toMatch(/^database: cannot connect to postgres:\/\/receiver:\*\*\*@127\.0\.0\.1:1\/receiver: .*ECONNREFUSED/m);
+      expect(refused.stderr).not.toContain('pg-pass-1a2b');
     });
 
     // Permissions are checked for the user running check-config. Root may write anywhere, so

@@ -28,6 +28,7 @@ export default defineConfig({
             'test/cli/version.test.ts',
             'test/cli/serve.test.ts',
             'test/cli/check-config.test.ts',
+            'test/cli/backup.test.ts',
             'test/cli/events.test.ts',
             'test/cli/replay.test.ts',
             'test/cli/purge.test.ts',

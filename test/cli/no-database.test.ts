@@ -7,7 +7,8 @@ describe('operator commands never create a database', () => {
   const tmp = tempDir();
   afterAll(tmp.cleanup);
 
-  it.each([['events', 'list'], ['stats'], ['replay', '1'], ['purge', '--days', '90']])(
+  const copy = join(tmp.dir, 'copy.db');
+  it.each([['events', 'list'], ['stats'], ['replay', '1'], ['purge', '--days', '90'], ['backup', copy]])(
     '%s %s on a missing file: exit 1, names the path, creates nothing',
     async (...args) => {
       const config = writeConfig(tmp.dir, { sources: {} });
@@ -17,6 +18,7 @@ describe('operator commands never create a database', () => {
       expect(r.stderr).toContain(`Error: no database at ${missing}`);
       expect(r.stderr).toMatch(/^Try: pass --db/m);
       expect(existsSync(missing)).toBe(false);
+      expect(existsSync(copy)).toBe(false);
     },
   );
 });

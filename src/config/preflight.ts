@@ -1,6 +1,8 @@
 import { accessSync, constants, existsSync, statSync } from 'node:fs';
 import { delimiter, dirname, isAbsolute, join, resolve } from 'node:path';
-import { loadHandler, modulePath } from '../effects/module.js';
+import { pathToFileURL } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { modulePath } from '../effects/module.js';
 import { ReceiverError } from '../errors.js';
 import { redactUrl } from '../log.js';
 import { assertWritableFiles, processUser } from '../store/sqlite/open.js';
@@ -77,18 +79,49 @@ function executableProblem(path: string, user: string): string | undefined {
   return undefined;
 }
 
-/** Imports the module as the drain would (its top level runs; the handler is not called). */
+/** How long a module effect's file may take to import (its top level may await). */
+const MODULE_IMPORT_TIMEOUT_MS = 10_000;
+
+/**
+ * Imports a module effect's file in a thread of its own, as serve's drain thread does (its
+ * top level runs; the handler is never called), then ends the thread: what the module
+ * starts at its top level (a timer, a connection) cannot keep check-config running, and
+ * what it prints does not mix with check-config's output.
+ */
 async function moduleProblem(spec: string, configFile: string): Promise<string | undefined> {
   const path = modulePath(spec, configFile);
   const relative = isAbsolute(spec) ? '' : ` (relative to the configuration file's directory, ${dirname(resolve(configFile))})`;
   if (!existsSync(path)) return `${path} does not exist${relative}`;
-  try {
-    await loadHandler(path);
-  } catch (e) {
-    const message = e instanceof Error ? e.message : String(e);
-    return `${path} cannot be loaded: ${message.split('\n')[0] ?? ''}`;
-  }
-  return undefined;
+  if (!statSync(path).isFile()) return `${path} is not a file`;
+  const problem = await importInThread(pathToFileURL(path).href, MODULE_IMPORT_TIMEOUT_MS);
+  return problem === undefined ? undefined : `${path} ${problem}`;
+}
+
+/** The thread's code: an ES module from a data: URL, which may import() an absolute file: URL. */
+const IMPORT_CHECK = `
+import { parentPort, workerData } from 'node:worker_threads';
+try {
+  const m = await import(workerData.url);
+  parentPort.postMessage(typeof m.default === 'function' ? null : 'has no default export function (export default async function (event, ctx) { ... })');
+} catch (e) {
+  parentPort.postMessage('cannot be loaded: ' + String((e && e.message) || e).split('\\n')[0]);
+}`;
+
+function importInThread(url: string, timeoutMs: number): Promise<string | undefined> {
+  return new Promise((resolvePromise) => {
+    const worker = new Worker(new URL(`data:text/javascript,${encodeURIComponent(IMPORT_CHECK)}`), { workerData: { url }, stdout: true, stderr: true });
+    worker.stdout.resume();
+    worker.stderr.resume();
+    const done = (problem: string | undefined) => {
+      clearTimeout(timer);
+      void worker.terminate();
+      resolvePromise(problem);
+    };
+    const timer = setTimeout(() => done(`did not finish loading within ${timeoutMs / 1000} s (a top-level await that never settles?)`), timeoutMs);
+    worker.once('message', (problem: string | null) => done(problem ?? undefined));
+    worker.once('error', (e: Error) => done(`cannot be loaded: ${e.message.split('\n')[0] ?? ''}`));
+    worker.once('exit', (code) => done(`cannot be loaded: its top level ended the thread (exit code ${code})`));
+  });
 }
 
 /**

@@ -49,7 +49,7 @@ export interface ProcessContext {
   now: () => number;
   random: () => number;
   leaseMs: number;
-  /** The environment exec effects start from (effectEnvironment). */
+  /** What exec effects may draw on (effectEnvironment); each gets the minimal variables and its route's `effect.env`. */
   execEnv: NodeJS.ProcessEnv;
   onAttempt?: ((a: AttemptOutcome) => void) | undefined;
   onEvent?: ((e: EventOutcome) => void) | undefined;
@@ -313,6 +313,7 @@ async function runExternal(ctx: ProcessContext, event: ClaimedEvent, plan: Plann
       effectKey: plan.effectKey,
       attempt: event.attempt,
       baseEnv: ctx.execEnv,
+      passEnv: effect.env,
       timeoutMs,
       signal,
     });

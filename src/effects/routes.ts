@@ -29,21 +29,12 @@ function routeSelects(route: RouteConfig, source: string, eventType: string): bo
 }
 
 /**
- * At ingest: does any route apply to this delivery (source, event type, filter)? The same
- * rule the drain applies (planEffects); an event none applies to is stored done. A filter
- * on `{id}` (the event id, unknown before the insert) is left for the drain to decide.
- */
-export function anyRouteApplies(
-  routes: readonly RouteConfig[],
-  e: { source: string; eventType: string; headers: Record<string, string>; body: Buffer },
-): boolean {
-  return whyNoRouteApplies(routes, e) === undefined;
-}
-
-/**
- * At ingest: undefined when some route applies (or may: a filter on `{id}`), else why none
- * does, one decision per route (routeDecisions), to be stored with the event done at once.
- * The explanation is built only for such events, from what the check already computed.
+ * At ingest (and catch-up): does any route apply to this delivery (source, event type,
+ * filter)? The same rule the drain applies (planRoutes). Undefined when one does, or may:
+ * a filter on `{id}` (the event id, unknown before the insert) is left for the drain to
+ * decide. Otherwise why none does, one decision per route (routeDecisions): the event is
+ * stored done with it. The explanation is built only for such events, from what the check
+ * already computed.
  */
 export function whyNoRouteApplies(
   routes: readonly RouteConfig[],

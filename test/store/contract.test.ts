@@ -1012,8 +1012,13 @@ describe.each(backends)('$name store contract', (backend) => {
       const c = await store.claimEvent('drain-a', T0, LEASE);
       expect(c?.id).toBe(first.eventId);
       // An unrouted fetched event is done at once, as ingest stores it.
-      const unrouted = await store.storeFetched(fetched('evt_2', undefined, { routed: false }));
-      expect((await store.getEvent(unrouted.eventId))?.status).toBe('done');
+      const unrouted = await store.storeFetched(
+        fetched('evt_2', undefined, { routed: false, routeDecisions: 'licence: event type "charge.refunded" not in [invoice.paid]' }),
+      );
+      expect(await store.getEvent(unrouted.eventId)).toMatchObject({
+        status: 'done',
+        routeDecisions: ['licence: event type "charge.refunded" not in [invoice.paid]'],
+      });
     });
 
     it('a signed delivery of a fetched event is a duplicate with the stored answer, even with a different body hash', async () => {

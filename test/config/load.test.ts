@@ -1,6 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { describeConfig } from '../../src/config/describe.js';
 import { loadConfig, resolveConfig } from '../../src/config/load.js';
 import { ReceiverError } from '../../src/errors.js';
 import { runCli, tempDir } from '../helpers.js';
@@ -111,6 +112,8 @@ describe('configuration', () => {
     // Operator commands (events, replay, ...) run no effect: they do not need the service's variables.
     const c = resolveConfig(route({ exec: ['deploy.sh'], env: ['NOT_SET_HERE'] }), 'c.json', { withoutSecrets: true }, {});
     expect(c.routes[0]?.effect.env).toEqual(['NOT_SET_HERE']);
+    // check-config shows the names (never values).
+    expect(describeConfig(c).routes[0]?.effect).toEqual({ exec: ['deploy.sh'], env: ['NOT_SET_HERE'] });
   });
 
   it('defaults < file < environment < flags', () => {

@@ -1,5 +1,5 @@
 import type { RouteConfig } from '../config/schema.js';
-import { anyRouteApplies } from '../effects/routes.js';
+import { whyNoRouteApplies } from '../effects/routes.js';
 import { ReceiverError } from '../errors.js';
 import type { ResolvedSource } from '../providers/types.js';
 import { sha256Hex } from '../providers/util.js';
@@ -224,7 +224,7 @@ async function storedAmong(store: CatchUpStore, source: string, items: readonly 
 async function storeOne(o: CatchUpRunOptions, item: ListedItem): Promise<boolean> {
   const body = item.body!;
   const identity = o.source.provider.identify({ raw: body, headers: {}, url: '', now: o.now }, o.source);
-  const routed = anyRouteApplies(o.routes, { source: o.source.name, eventType: identity.eventType, headers: {}, body });
+  const unrouted = whyNoRouteApplies(o.routes, { source: o.source.name, eventType: identity.eventType, headers: {}, body });
   const r = await o.store.storeFetched({
     source: o.source.name,
     deliveryId: identity.deliveryId,
@@ -233,7 +233,8 @@ async function storeOne(o: CatchUpRunOptions, item: ListedItem): Promise<boolean
     bodySha256: identity.contentHash ?? sha256Hex(body),
     receivedAt: o.now,
     successStatus: o.source.successStatus,
-    routed,
+    routed: unrouted === undefined,
+    routeDecisions: unrouted,
   });
   return r.stored;
 }

@@ -65,6 +65,7 @@ export function detailJson(e: EventDetail) {
     headers: e.headers,
     ...bodyJson(e.body),
     bodySha256: e.bodySha256,
+    routeDecisions: e.routeDecisions,
     // `attempts` above is the retry counter (as in `events list`); this is every recorded try.
     attemptLog: e.attemptRows.map((a) => ({
       attempt: a.attempt,
@@ -177,6 +178,15 @@ export async function showEvent(idText: string, options: ShowOptions, io: CliIo)
   io.stdout.write(describeEvent(json));
 }
 
+/** Why each route did or did not apply (routeDecisions); they quote sender-chosen values. */
+function routesSection(e: ReturnType<typeof detailJson>): string[] {
+  // Done without ever being claimed: stored done at ingest because no route applied to it.
+  const unrouted = e.status === 'done' && e.attempts === 0;
+  const head = unrouted ? '  routes:     no route matched this event when it arrived (stored done; after adding a route, replay it)' : '  routes:';
+  if (e.routeDecisions === null) return unrouted ? [head] : [];
+  return [head, ...e.routeDecisions.map((d) => `    ${printable(d)}`)];
+}
+
 function describeEvent(e: ReturnType<typeof detailJson>): string {
   // Every value a sender chose (ids, type, headers, body, effect keys, errors and output
   // quoting them) goes through printable(): text output is read in a terminal.
@@ -187,9 +197,7 @@ function describeEvent(e: ReturnType<typeof detailJson>): string {
     `  attempts:   ${e.attempts}${e.status === 'pending' ? `, next at ${e.nextAttemptAt}` : ''}${e.finishedAt === null ? '' : `, finished ${e.finishedAt}`}`,
   ];
   if (e.lastError !== null) out.push(`  last error: ${oneLine(e.lastError, 200)}`);
-  // Done without ever being claimed: stored done at ingest because no route applied to it.
-  if (e.status === 'done' && e.attempts === 0)
-    out.push('  routes:     no route matched this event when it arrived (stored done; after adding a route, replay it)');
+  out.push(...routesSection(e));
   out.push('headers:');
   if (e.headers === null) out.push('  (dropped by purge --bodies-days)');
   else for (const [k, v] of Object.entries(e.headers)) out.push(`  ${p(k)}: ${p(v)}`);

@@ -28,7 +28,7 @@ export function describeConfig(config: Config) {
       // An http effect's headers may carry a credential: only their names are shown.
       effect:
         r.effect.exec !== undefined
-          ? { exec: r.effect.exec }
+          ? { exec: r.effect.exec, ...(r.effect.env === undefined ? {} : { env: r.effect.env }) }
           : r.effect.http !== undefined
             ? { http: redactUrl(r.effect.http.url), ...(r.effect.http.headers === undefined ? {} : { headers: Object.keys(r.effect.http.headers) }) }
             : { module: r.effect.module },

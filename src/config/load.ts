@@ -5,6 +5,7 @@ import { configError, ReceiverError } from '../errors.js';
 import { providerNames, providers } from '../providers/registry.js';
 import { PROVIDER_FIELDS, type Provider, type ResolvedSource } from '../providers/types.js';
 import { HEADERS_SET_BY_RECEIVER } from '../effects/http.js';
+import { ENV_NAME, isReceiverVariable } from '../effects/exec.js';
 import { checkTemplate } from '../template.js';
 import { configSchema, HEADER_NAME, type RawConfig, type RouteConfig, type SourceConfig } from './schema.js';
 import { isPostgresUrl } from './database.js';
@@ -144,6 +145,29 @@ function httpHeaderProblems(field: string, headers: Readonly<Record<string, stri
   return problems;
 }
 
+/**
+ * An exec effect's `effect.env`: names a command may be given from the service's
+ * environment. A name missing from the environment is an error where secrets are read
+ * (serve, check-config): the command would run without it and fail later, retried until dead.
+ */
+function effectEnvProblems(field: string, effect: RouteConfig['effect'], checkPresent: boolean, env: NodeJS.ProcessEnv): string[] {
+  if (effect.exec === undefined) return [`${field}.env: only an exec effect starts a command with an environment (remove "env", or use "exec")`];
+  const problems: string[] = [];
+  effect.env?.forEach((name, i) => {
+    const at = `${field}.env.${i}`;
+    if (!ENV_NAME.test(name)) problems.push(`${at}: "${name}" is not a variable name (letters, digits and "_", not starting with a digit)`);
+    else if (isReceiverVariable(name))
+      problems.push(
+        `${at}: ${name}: RECEIVER_* variables are receiver's own settings and the event variables it sets itself; they are never passed on (rename the variable)`,
+      );
+    else if (checkPresent && env[name] === undefined)
+      problems.push(
+        `${at}: ${name} is not set in receiver's environment (set it where the service gets its environment, e.g. /etc/receiver/env, or remove it from the list)`,
+      );
+  });
+  return problems;
+}
+
 export function resolveConfig(json: unknown, file: string, overrides: ConfigOverrides = {}, env: NodeJS.ProcessEnv = process.env): Config {
   const reserved = protoKeys(json);
   if (reserved.length > 0) {
@@ -246,6 +270,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
       if (p !== undefined) problems.push(`${field}.${f}: ${p}`);
     }
     problems.push(...httpHeaderProblems(`${field}.effect.http.headers`, route.effect.http?.headers ?? {}));
+    if (route.effect.env !== undefined) problems.push(...effectEnvProblems(`${field}.effect`, route.effect, overrides.withoutSecrets !== true, env));
   });
 
   let token: Secret | undefined;

@@ -67,6 +67,11 @@ const effectSchema = z
       })
       .optional(),
     module: z.string().min(1).optional(),
+    /**
+     * exec: variables of the service's environment passed on to the command, by name,
+     * besides the minimal ones (PATH, HOME, LANG, LC_*, TZ). Checked in load.ts.
+     */
+    env: z.array(z.string()).optional(),
     timeoutSeconds: z.number().positive().default(30),
   })
   .refine((e) => [e.exec, e.http, e.module].filter((x) => x !== undefined).length === 1, {

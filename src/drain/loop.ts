@@ -22,7 +22,7 @@ export interface DrainOptions {
   onAttempt?: (a: AttemptOutcome) => void;
   /** What became of each claimed event. */
   onEvent?: (e: EventOutcome) => void;
-  /** The environment exec effects start from; default: this process's, minus the receiver's secrets. */
+  /** What exec effects may draw on; default: this process's minimal variables and those routes list in `effect.env` (effectEnvironment). */
   execEnv?: NodeJS.ProcessEnv;
   /** Names this drain's claims (lease owner prefix); default `<host>:<pid>:<random>`. */
   id?: string;

@@ -4,7 +4,7 @@ import type { RouteConfig } from '../config/schema.js';
 import { runExec } from '../effects/exec.js';
 import { runHttp } from '../effects/http.js';
 import { callHandler, loadHandler, modulePath, type ModuleEvent } from '../effects/module.js';
-import { planEffects, templateContext, type PlannedEffect } from '../effects/routes.js';
+import { planRoutes, templateContext, type PlannedEffect } from '../effects/routes.js';
 import type { EffectResult } from '../effects/types.js';
 import type { Logger } from '../log.js';
 import type { ClaimedEvent, DrainStore, EffectStart } from '../store/drain-types.js';
@@ -49,7 +49,7 @@ export interface ProcessContext {
   now: () => number;
   random: () => number;
   leaseMs: number;
-  /** The environment exec effects start from (effectEnvironment). */
+  /** What exec effects may draw on (effectEnvironment); each gets the minimal variables and its route's `effect.env`. */
   execEnv: NodeJS.ProcessEnv;
   onAttempt?: ((a: AttemptOutcome) => void) | undefined;
   onEvent?: ((e: EventOutcome) => void) | undefined;
@@ -125,7 +125,8 @@ function pause(ms: number, signal: AbortSignal): Promise<void> {
 export async function processEvent(ctx: ProcessContext, event: ClaimedEvent, signal: AbortSignal): Promise<EventOutcome> {
   const tctx = templateContext(event);
   const failures: Failure[] = [];
-  const plans = planEffects(ctx.config.routes, event, tctx);
+  // Why each route did or did not apply: stored with the event when this attempt settles.
+  const { plans, decisions } = planRoutes(ctx.config.routes, event, tctx);
   for (const [i, plan] of plans.entries()) {
     if (plan.kind === 'failure') {
       const at = ctx.now();
@@ -147,7 +148,7 @@ export async function processEvent(ctx: ProcessContext, event: ClaimedEvent, sig
     // The last effect of an event where nothing failed may mark it done in its own commit.
     const last = i === plans.length - 1 && failures.length === 0;
     try {
-      r = await runRoute(ctx, event, plan, tctx.body, signal, last);
+      r = await runRoute(ctx, event, plan, tctx.body, signal, last, decisions);
     } catch (e) {
       if (!(e instanceof Interrupted)) throw e;
       r = { lost: false };
@@ -160,17 +161,17 @@ export async function processEvent(ctx: ProcessContext, event: ClaimedEvent, sig
   }
 
   try {
-    return await settleEvent(ctx, event, failures, signal);
+    return await settleEvent(ctx, event, failures, signal, decisions);
   } catch (e) {
     if (!(e instanceof Interrupted)) throw e;
     return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: 'interrupted' });
   }
 }
 
-async function settleEvent(ctx: ProcessContext, event: ClaimedEvent, failures: Failure[], signal: AbortSignal): Promise<EventOutcome> {
+async function settleEvent(ctx: ProcessContext, event: ClaimedEvent, failures: Failure[], signal: AbortSignal, decisions: string): Promise<EventOutcome> {
   const now = ctx.now();
   if (failures.length === 0) {
-    const held = await persist(ctx, 'complete event', event.id, signal, () => ctx.store.completeEvent(event.lease, now));
+    const held = await persist(ctx, 'complete event', event.id, signal, () => ctx.store.completeEvent(event.lease, now, decisions));
     return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: held ? 'done' : 'lost' });
   }
   const error = failures.map((f) => `${f.route}: ${f.error}`).join('; ');
@@ -180,12 +181,12 @@ async function settleEvent(ctx: ProcessContext, event: ClaimedEvent, failures: F
   const onlyWaiting = failures.every((f) => f.busy === true);
   if (permanent || (event.attempt >= ctx.config.retry.maxAttempts && !onlyWaiting)) {
     const why = permanent ? error : `${error} (gave up after ${event.attempt} attempts)`;
-    const held = await persist(ctx, 'bury event', event.id, signal, () => ctx.store.buryEvent(event.lease, why, now));
+    const held = await persist(ctx, 'bury event', event.id, signal, () => ctx.store.buryEvent(event.lease, why, now, decisions));
     return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: held ? 'dead' : 'lost', error: why });
   }
   const retryAfterMs = Math.max(0, ...failures.map((f) => f.retryAfterMs ?? 0));
   const at = nextAttemptAt(now, event.attempt, ctx.config.retry, ctx.random, retryAfterMs > 0 ? retryAfterMs : undefined);
-  const held = await persist(ctx, 'retry event', event.id, signal, () => ctx.store.retryEvent(event.lease, error, at));
+  const held = await persist(ctx, 'retry event', event.id, signal, () => ctx.store.retryEvent(event.lease, error, at, decisions));
   return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: held ? 'retry' : 'lost', nextAttemptAt: at, error });
 }
 
@@ -196,6 +197,7 @@ async function runRoute(
   json: unknown,
   signal: AbortSignal,
   last: boolean,
+  decisions: string,
 ): Promise<RouteResult> {
   const route = plan.route;
   const start: EffectStart = {
@@ -250,7 +252,7 @@ async function runRoute(
           ),
         ctx.now,
         ctx.leaseMs,
-        { completeOnOk: last },
+        { completeOnOk: last, routeDecisions: decisions },
       ),
     );
     if (r.action === 'lost') return { lost: true };
@@ -313,6 +315,7 @@ async function runExternal(ctx: ProcessContext, event: ClaimedEvent, plan: Plann
       effectKey: plan.effectKey,
       attempt: event.attempt,
       baseEnv: ctx.execEnv,
+      passEnv: effect.env,
       timeoutMs,
       signal,
     });

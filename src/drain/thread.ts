@@ -24,8 +24,8 @@ export function useDrainWorkerSource(source: string): void {
  * The configuration as the drain thread gets it: plain data that crosses to the thread as
  * is. The sources (providers and their secrets), the metrics and admin tokens and the
  * catch-up settings (API credentials, sender clients) stay in the main thread; the drain
- * reads none of them, and exec effects get the environment the main thread computed
- * without the secrets (execEnv).
+ * reads none of them, and exec effects draw on the variables the main thread picked
+ * (execEnv: the minimal ones and those listed in `effect.env`).
  */
 export type DrainConfig = Omit<Config, 'sources' | 'metrics' | 'admin' | 'catchUp'>;
 

@@ -8,8 +8,10 @@ export interface ExecRequest {
   businessKey: string;
   effectKey: string;
   attempt: number;
-  /** The environment the command starts from (see effectEnvironment). */
+  /** The variables exec effects may draw on (see effectEnvironment); the command gets only some of them. */
   baseEnv: NodeJS.ProcessEnv;
+  /** The route's `effect.env`: names passed on from `baseEnv` besides the minimal ones. */
+  passEnv?: readonly string[] | undefined;
   timeoutMs: number;
   /** Aborted when `serve` stops past its grace: the process group is killed like a timeout. */
   signal?: AbortSignal | undefined;
@@ -17,29 +19,38 @@ export interface ExecRequest {
 }
 
 /**
- * The environment an exec effect inherits. Operators keep tool credentials (deploy keys,
- * API tokens) in the service's environment, so the parent's environment is passed on,
- * minus what belongs to the receiver itself: every variable whose value is one of the
- * receiver's resolved secrets (webhook signing secrets, the metrics token, catch-up's API
- * credentials), and every
- * `RECEIVER_*` variable (RECEIVER_DB may be a postgres:// URL with a password). The
- * documented RECEIVER_* event variables are then set per run.
+ * The variables every exec effect gets from the service's environment, besides the event
+ * variables receiver sets: what a command needs to find programs, a home directory, its
+ * locale and time zone. `LC_*` are locale settings (LC_ALL, LC_CTYPE, ...), never credentials.
  */
-export function effectEnvironment(
-  config: Pick<Config, 'sources' | 'metrics'> & Partial<Pick<Config, 'catchUp'>>,
-  parent: NodeJS.ProcessEnv = process.env,
-): NodeJS.ProcessEnv {
-  const secrets = new Set<string>();
-  for (const s of config.sources.values()) {
-    for (const x of s.secrets) secrets.add(x.reveal());
-    for (const x of s.keys.values()) secrets.add(x.reveal());
-  }
-  if (config.metrics.token !== undefined) secrets.add(config.metrics.token.reveal());
-  for (const c of config.catchUp?.values() ?? []) if (c.credential !== undefined) secrets.add(c.credential.reveal());
+export const MINIMAL_ENV_NAMES: readonly string[] = ['PATH', 'HOME', 'LANG', 'TZ'];
+const LOCALE_NAME = /^LC_[A-Z_]+$/;
+
+/** What `effect.env` may name: a shell variable name, not one of receiver's own (`RECEIVER_*`). */
+export const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+export const isReceiverVariable = (name: string) => name.startsWith('RECEIVER_');
+
+/**
+ * What exec effects may draw on: of the service's environment, only the minimal variables
+ * and those some route lists in `effect.env`. Everything else (webhook secrets loaded from
+ * the service's environment file, API keys for other tools, receiver's own `RECEIVER_*`
+ * settings such as RECEIVER_ADMIN_TOKEN or RECEIVER_DB with its password) never reaches a
+ * command, whether or not the configuration references it. This is what crosses to the
+ * drain thread; each command then gets only its own route's share (runExec).
+ */
+export function effectEnvironment(config: Pick<Config, 'routes'>, parent: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  return pickEnvironment(
+    parent,
+    config.routes.flatMap((r) => r.effect.env ?? []),
+  );
+}
+
+/** The minimal variables and the `listed` ones of `from`; never a `RECEIVER_*` one. */
+function pickEnvironment(from: NodeJS.ProcessEnv, listed: readonly string[]): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
-  for (const [name, value] of Object.entries(parent)) {
-    if (value === undefined || name.startsWith('RECEIVER_') || secrets.has(value)) continue;
-    env[name] = value;
+  for (const [name, value] of Object.entries(from)) {
+    if (value === undefined || isReceiverVariable(name)) continue;
+    if (MINIMAL_ENV_NAMES.includes(name) || LOCALE_NAME.test(name) || listed.includes(name)) env[name] = value;
   }
   return env;
 }
@@ -54,8 +65,9 @@ const DRAIN_OUTPUT_MS = 1000;
  */
 export function runExec(req: ExecRequest): Promise<EffectResult> {
   const [file, ...args] = req.argv;
+  // Receiver's own event variables only: RECEIVER_* settings never come from baseEnv.
   const env: NodeJS.ProcessEnv = {
-    ...req.baseEnv,
+    ...pickEnvironment(req.baseEnv, req.passEnv ?? []),
     RECEIVER_EVENT_ID: String(req.event.id),
     RECEIVER_SOURCE: req.event.source,
     RECEIVER_DELIVERY_ID: req.event.deliveryId,

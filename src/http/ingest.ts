@@ -6,7 +6,7 @@ import type { IngestResult, IngestStore } from '../store/types.js';
 import { readRawRequest } from './body.js';
 import { SENSITIVE_HEADERS } from '../providers/registry.js';
 import type { RouteConfig } from '../config/schema.js';
-import { anyRouteApplies } from '../effects/routes.js';
+import { whyNoRouteApplies } from '../effects/routes.js';
 import type { DeliveryOutcomeName } from '../vocabulary.js';
 
 const SENSITIVE_HEADER_SET = new Set(SENSITIVE_HEADERS);
@@ -96,13 +96,17 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
       const identity = source.provider.identify(delivery, source);
       deliveryId = identity.deliveryId;
       const headers = redactHeaders(delivery.headers, source);
-      const routed = routes === undefined || anyRouteApplies(routes, { source: name, eventType: identity.eventType, headers, body: delivery.raw });
+      // Why no route applies, for an event stored done at once (undefined: the drain will see it).
+      const unrouted =
+        routes === undefined ? undefined : whyNoRouteApplies(routes, { source: name, eventType: identity.eventType, headers, body: delivery.raw });
+      const routed = unrouted === undefined;
       const result = await store.ingest({
         source: name,
         deliveryId: identity.deliveryId,
         eventType: identity.eventType,
         headers,
         routed,
+        routeDecisions: unrouted,
         body: delivery.raw,
         bodySha256: identity.contentHash ?? sha256Hex(delivery.raw),
         extraIds: identity.extra,

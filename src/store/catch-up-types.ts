@@ -24,6 +24,8 @@ export interface FetchedEvent {
   successStatus: number;
   /** false: no route applies, stored done (as ingest does). */
   routed: boolean;
+  /** With `routed: false`: why no route applied (events.route_decisions, as ingest stores it). */
+  routeDecisions?: string | undefined;
 }
 
 export interface StoreFetchedResult {

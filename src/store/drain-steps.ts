@@ -79,18 +79,19 @@ const statements = memo((d: Dialect) => {
         WHERE effects.status <> 'running'`,
     ),
     // Each outcome applies only while the caller still holds the lease: a drain whose claim
-    // was taken over (its lease expired, another drain reclaimed) changes nothing.
+    // was taken over (its lease expired, another drain reclaimed) changes nothing. Each
+    // also records this attempt's route decisions (kept as they were when none are given).
     complete: text(
       (p) => `UPDATE events SET status = 'done', finished_at = ${p()}, lease_owner = NULL, lease_expires_at = NULL,
-        last_error = NULL, force_effects = 0 WHERE ${held(p)}`,
+        last_error = NULL, force_effects = 0, route_decisions = coalesce(${p()}, route_decisions) WHERE ${held(p)}`,
     ),
     retry: text(
       (p) => `UPDATE events SET status = 'pending', next_attempt_at = ${p()}, last_error = ${p()}, lease_owner = NULL,
-        lease_expires_at = NULL WHERE ${held(p)}`,
+        lease_expires_at = NULL, route_decisions = coalesce(${p()}, route_decisions) WHERE ${held(p)}`,
     ),
     bury: text(
       (p) => `UPDATE events SET status = 'dead', finished_at = ${p()}, last_error = ${p()}, lease_owner = NULL,
-        lease_expires_at = NULL WHERE ${held(p)}`,
+        lease_expires_at = NULL, route_decisions = coalesce(${p()}, route_decisions) WHERE ${held(p)}`,
     ),
   };
 });
@@ -226,6 +227,8 @@ export interface ModuleEffect {
   leaseMs: number;
   /** Mark the event done in the same commit when the handler resolves. */
   completeOnOk: boolean;
+  /** Recorded with the event when it is marked done here (see completeEvent). */
+  routeDecisions?: string | undefined;
 }
 
 /**
@@ -274,7 +277,7 @@ function moduleAttempt(m: ModuleRun, outcome: 'ok' | 'failed', forced: boolean, 
  * attempt (ok), and, when it was the event's last effect and nothing failed, the event
  * done too (one transaction, not two).
  */
-export function* moduleDone(d: Dialect, m: ModuleRun, completeOnOk: boolean): Steps<Extract<TransactionalOutcome, { action: 'ok' }>> {
+export function* moduleDone(d: Dialect, m: ModuleRun, completeOnOk: boolean, routeDecisions?: string): Steps<Extract<TransactionalOutcome, { action: 'ok' }>> {
   const { lease, start, row } = m;
   const forced = forcedRun(row, start);
   yield* changes(statements(d).markDoneTx, [
@@ -289,7 +292,7 @@ export function* moduleDone(d: Dialect, m: ModuleRun, completeOnOk: boolean): St
     forced ? 1 : 0,
   ]);
   const attemptId = yield* insertAttempt(d, moduleAttempt(m, 'ok', forced));
-  const completed = completeOnOk && (yield* completeEvent(d, lease, m.finishedAt));
+  const completed = completeOnOk && (yield* completeEvent(d, lease, m.finishedAt, routeDecisions));
   return { action: 'ok', attemptId, runs: (row?.runs ?? 0) + 1, completed };
 }
 
@@ -314,14 +317,14 @@ export function* recordAttempt(d: Dialect, r: AttemptRecord): Steps<void> {
   });
 }
 
-export function* completeEvent(d: Dialect, lease: Lease, now: number): Steps<boolean> {
-  return (yield* changes(statements(d).complete, [now, lease.eventId, lease.owner])) === 1;
+export function* completeEvent(d: Dialect, lease: Lease, now: number, routeDecisions?: string): Steps<boolean> {
+  return (yield* changes(statements(d).complete, [now, routeDecisions ?? null, lease.eventId, lease.owner])) === 1;
 }
 
-export function* retryEvent(d: Dialect, lease: Lease, error: string, nextAttemptAt: number): Steps<boolean> {
-  return (yield* changes(statements(d).retry, [nextAttemptAt, error, lease.eventId, lease.owner])) === 1;
+export function* retryEvent(d: Dialect, lease: Lease, error: string, nextAttemptAt: number, routeDecisions?: string): Steps<boolean> {
+  return (yield* changes(statements(d).retry, [nextAttemptAt, error, routeDecisions ?? null, lease.eventId, lease.owner])) === 1;
 }
 
-export function* buryEvent(d: Dialect, lease: Lease, error: string, now: number): Steps<boolean> {
-  return (yield* changes(statements(d).bury, [now, error, lease.eventId, lease.owner])) === 1;
+export function* buryEvent(d: Dialect, lease: Lease, error: string, now: number, routeDecisions?: string): Steps<boolean> {
+  return (yield* changes(statements(d).bury, [now, error, routeDecisions ?? null, lease.eventId, lease.owner])) === 1;
 }

@@ -204,18 +204,22 @@ export interface DrainStore {
     handler: (db: EffectDb) => Promise<void>,
     now: () => number,
     leaseMs: number,
-    options?: { completeOnOk?: boolean },
+    options?: { completeOnOk?: boolean; routeDecisions?: string | undefined },
   ): Promise<TransactionalOutcome>;
 
   /** Records an attempt that ran no effect (a key template that resolved to nothing). */
   recordAttempt(record: AttemptRecord): Promise<void>;
 
-  /** `done`: clears the lease, last_error and force_effects. False when the lease is lost. */
-  completeEvent(lease: Lease, now: number): Promise<boolean>;
+  /**
+   * `done`: clears the lease, last_error and force_effects. False when the lease is lost.
+   * Every settle (and a module effect's `completeOnOk`) also stores `routeDecisions`, why
+   * each route did or did not apply in this attempt (planRoutes), when given.
+   */
+  completeEvent(lease: Lease, now: number, routeDecisions?: string): Promise<boolean>;
 
   /** Back to `pending` until `nextAttemptAt`, keeping `error` as last_error. False when the lease is lost. */
-  retryEvent(lease: Lease, error: string, nextAttemptAt: number): Promise<boolean>;
+  retryEvent(lease: Lease, error: string, nextAttemptAt: number, routeDecisions?: string): Promise<boolean>;
 
   /** `dead` with `error` as last_error (past maxAttempts, or a permanent failure). False when the lease is lost. */
-  buryEvent(lease: Lease, error: string, now: number): Promise<boolean>;
+  buryEvent(lease: Lease, error: string, now: number, routeDecisions?: string): Promise<boolean>;
 }

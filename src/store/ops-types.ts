@@ -166,6 +166,12 @@ export interface EventDetail extends EventSummary {
   responseStatus: number;
   leaseOwner: string | null;
   leaseExpiresAt: number | null;
+  /**
+   * Why each route of the event's source did or did not apply, one line per route, as
+   * decided when it was stored done (no route applied) or by the drain's latest attempt;
+   * null before either (pending, or stored by an older receiver).
+   */
+  routeDecisions: string[] | null;
   /** Oldest first. Rows from before a replay are kept. */
   attemptRows: AttemptRow[];
   /** Ledger rows for the effect keys this event's attempts touched, or that it last ran. */

@@ -134,9 +134,10 @@ export interface EventDetailDbRow extends EventSummaryRow {
   response_status: number;
   lease_owner: string | null;
   lease_expires_at: number | null;
+  route_decisions: string | null;
 }
 
-export const DETAIL_COLUMNS = `${SUMMARY_COLUMNS}, headers, body, body_sha256, extra_ids, response_status, lease_owner, lease_expires_at`;
+export const DETAIL_COLUMNS = `${SUMMARY_COLUMNS}, headers, body, body_sha256, extra_ids, response_status, lease_owner, lease_expires_at, route_decisions`;
 
 export function toDetail(
   r: EventDetailDbRow,
@@ -153,6 +154,7 @@ export function toDetail(
     responseStatus: r.response_status,
     leaseOwner: r.lease_owner,
     leaseExpiresAt: r.lease_expires_at,
+    routeDecisions: r.route_decisions === null ? null : r.route_decisions.split('\n'),
     attemptRows: attempts.map(toAttempt),
     effects: effects.map(toEffect),
     conflicts: conflicts.map(toConflict),

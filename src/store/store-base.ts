@@ -62,19 +62,20 @@ export abstract class StoreBase<C> implements Omit<DrainStore, 'claimsAreLocal'>
   }
   runTransactionalEffect(...[lease, attempt, start, handler, now, leaseMs, options]: Parameters<DrainStore['runTransactionalEffect']>) {
     const completeOnOk = options?.completeOnOk === true;
-    return this.drain.runTransactionalEffect(this.drainConnection(), { lease, attempt, start, handler, now, leaseMs, completeOnOk });
+    const routeDecisions = options?.routeDecisions;
+    return this.drain.runTransactionalEffect(this.drainConnection(), { lease, attempt, start, handler, now, leaseMs, completeOnOk, routeDecisions });
   }
   recordAttempt(record: AttemptRecord) {
     return this.drain.recordAttempt(this.drainConnection(), record);
   }
-  completeEvent(lease: Lease, now: number) {
-    return this.drain.completeEvent(this.drainConnection(), lease, now);
+  completeEvent(lease: Lease, now: number, routeDecisions?: string) {
+    return this.drain.completeEvent(this.drainConnection(), lease, now, routeDecisions);
   }
-  retryEvent(lease: Lease, error: string, nextAttemptAt: number) {
-    return this.drain.retryEvent(this.drainConnection(), lease, error, nextAttemptAt);
+  retryEvent(lease: Lease, error: string, nextAttemptAt: number, routeDecisions?: string) {
+    return this.drain.retryEvent(this.drainConnection(), lease, error, nextAttemptAt, routeDecisions);
   }
-  buryEvent(lease: Lease, error: string, now: number) {
-    return this.drain.buryEvent(this.drainConnection(), lease, error, now);
+  buryEvent(lease: Lease, error: string, now: number, routeDecisions?: string) {
+    return this.drain.buryEvent(this.drainConnection(), lease, error, now, routeDecisions);
   }
 
   // OpsStore, the operations both stores share: see ./ops-steps.ts. Purge batches and the

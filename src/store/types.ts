@@ -40,6 +40,8 @@ export interface NewEvent {
    * `done` at once and the drain never sees it. Default true.
    */
   routed?: boolean | undefined;
+  /** With `routed: false`: why no route applied, one line per route (events.route_decisions). */
+  routeDecisions?: string | undefined;
 }
 
 /** The answer for one delivery, decided by the database's unique constraint. */

@@ -1,3 +1,5 @@
+import Database from 'better-sqlite3';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isReceiverError } from '../../src/errors.js';
 import { makeConfig, runCli, startApp, tempDir, writeConfig, type RunningApp } from '../helpers.js';
@@ -364,6 +366,20 @@ describe('admin pages', () => {
     expect(html).toContain('<pre aria-label="Conflicting body">{&quot;other&quot;:true}</pre>');
     const dead = await get(`/admin/events/${ids.dead}`);
     expect(dead).toContain('<div>smtp: connection refused</div>');
+  });
+
+  it('the event page lists why each route did or did not apply, escaped', async () => {
+    const db = new Database(join(tmp.dir, 'receiver.db'));
+    db.prepare('UPDATE events SET route_decisions = ? WHERE id = ?').run(
+      'licence: applies (key "<b>k</b>")\nmail: event type "x" not in [invoice.*]',
+      ids.done,
+    );
+    db.close();
+    const html = await get(`/admin/events/${ids.done}`);
+    expect(html).toContain(
+      '<dt>Routes</dt><dd><ul aria-label="Route decisions" class="mono"><li>licence: applies (key &quot;&lt;b&gt;k&lt;/b&gt;&quot;)</li><li>mail: event type &quot;x&quot; not in [invoice.*]</li></ul></dd>',
+    );
+    expect(await get(`/admin/events/${ids.pending}`)).not.toContain('<dt>Routes</dt>');
   });
 
   it('the events page filters with the same parameters, pages by keyset, and says what is wrong with a filter', async () => {

@@ -1,6 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { describeConfig } from '../../src/config/describe.js';
 import { loadConfig, resolveConfig } from '../../src/config/load.js';
 import { ReceiverError } from '../../src/errors.js';
 import { runCli, tempDir } from '../helpers.js';
@@ -114,6 +115,31 @@ describe('configuration', () => {
     );
     expect(c.sources.get('stripe')?.secrets).toEqual([]);
     expect(c.sources.get('stripe')?.retryHorizonHours).toBe(72);
+  });
+
+  it('effect.env: names checked, RECEIVER_* refused, exec only, and each listed variable must be set (not for operator commands)', () => {
+    const route = (effect: Record<string, unknown>) => base({ gh: { provider: 'none' } }, { routes: [{ name: 'deploy', source: 'gh', key: '{id}', effect }] });
+    const e = configErrorOf(() =>
+      resolveConfig(
+        route({ exec: ['deploy.sh'], env: ['DEPLOY_KEY', '1BAD', 'RECEIVER_ADMIN_TOKEN', 'NOT_SET_HERE', 'EMPTY_IS_SET'] }),
+        'c.json',
+        {},
+        { DEPLOY_KEY: 'k', EMPTY_IS_SET: '' },
+      ),
+    );
+    expect(e.message.split('\n').slice(1)).toEqual([
+      'routes.0.effect.env.1: "1BAD" is not a variable name (letters, digits and "_", not starting with a digit)',
+      "routes.0.effect.env.2: RECEIVER_ADMIN_TOKEN: RECEIVER_* variables are receiver's own settings and the event variables it sets itself; they are never passed on (rename the variable)",
+      "routes.0.effect.env.3: NOT_SET_HERE is not set in receiver's environment (set it where the service gets its environment, e.g. /etc/receiver/env, or remove it from the list)",
+    ]);
+    expect(
+      configErrorOf(() => resolveConfig(route({ http: { url: 'https://x.test/' }, env: ['DEPLOY_KEY'] }), 'c.json', {}, { DEPLOY_KEY: 'k' })).message,
+    ).toContain('routes.0.effect.env: only an exec effect starts a command with an environment (remove "env", or use "exec")');
+    // Operator commands (events, replay, ...) run no effect: they do not need the service's variables.
+    const c = resolveConfig(route({ exec: ['deploy.sh'], env: ['NOT_SET_HERE'] }), 'c.json', { withoutSecrets: true }, {});
+    expect(c.routes[0]?.effect.env).toEqual(['NOT_SET_HERE']);
+    // check-config shows the names (never values).
+    expect(describeConfig(c).routes[0]?.effect).toEqual({ exec: ['deploy.sh'], env: ['NOT_SET_HERE'] });
   });
 
   it('defaults < file < environment < flags', () => {

@@ -79,20 +79,54 @@ describe('exec effect', () => {
     expect(Date.now() - t0).toBeLessThan(2500);
   });
 
-  it("passes the parent environment on, minus the receiver's secrets and RECEIVER_* settings", () => {
+  it('exec effects draw only on PATH, HOME, LANG, LC_*, TZ and the names routes list in effect.env; never a RECEIVER_* setting', () => {
     const env = {
       PATH: '/usr/bin',
       HOME: '/home/r',
+      LANG: 'C.UTF-8',
+      LC_TIME: 'en_GB.UTF-8',
+      TZ: 'Europe/Lisbon',
+      SHELL: '/bin/bash',
       DEPLOY_TOKEN: 'tool-credential',
+      LICENCE_API_KEY: 'unrelated-credential',
       STRIPE_WEBHOOK_SECRET: 'whsec_signing',
-      METRICS_TOKEN: 'metrics-bearer',
       RECEIVER_DB: 'postgres://u:pw@h/db',
+      RECEIVER_ADMIN_TOKEN: 'admin-token',
     };
     const config = makeConfig(
-      { sources: { stripe: { provider: 'stripe', secret: 'env:STRIPE_WEBHOOK_SECRET' } }, metrics: { token: 'env:METRICS_TOKEN' } },
+      {
+        sources: { stripe: { provider: 'stripe', secret: 'env:STRIPE_WEBHOOK_SECRET' } },
+        routes: [{ name: 'deploy', source: 'stripe', key: '{id}', effect: { exec: ['true'], env: ['DEPLOY_TOKEN'] } }],
+      },
       tmp.dir,
       env,
     );
-    expect(effectEnvironment(config, env)).toEqual({ PATH: '/usr/bin', HOME: '/home/r', DEPLOY_TOKEN: 'tool-credential' });
+    expect(effectEnvironment(config, env)).toEqual({
+      PATH: '/usr/bin',
+      HOME: '/home/r',
+      LANG: 'C.UTF-8',
+      LC_TIME: 'en_GB.UTF-8',
+      TZ: 'Europe/Lisbon',
+      DEPLOY_TOKEN: 'tool-credential',
+    });
+  });
+
+  it("a command gets the minimal variables and its own route's effect.env, not another route's, and RECEIVER_* only as receiver sets them", async () => {
+    const out = join(tmp.dir, 'own-env.txt');
+    const baseEnv = {
+      PATH: process.env.PATH,
+      HOME: '/home/r',
+      DEPLOY_TOKEN: 'deploy-credential',
+      OTHER_TOKEN: 'other-route-credential',
+      RECEIVER_EVENT_ID: '999',
+    };
+    const r = await runExec({ ...base, baseEnv, passEnv: ['DEPLOY_TOKEN'], argv: ['/bin/sh', '-c', 'env > "$1"', 'sh', out] });
+    expect(r).toEqual({ ok: true });
+    const got = readFileSync(out, 'utf8');
+    expect(got).toContain('DEPLOY_TOKEN=deploy-credential\n');
+    expect(got).toContain('HOME=/home/r\n');
+    expect(got).not.toContain('other-route-credential');
+    expect(got).toContain('RECEIVER_EVENT_ID=7\n');
+    expect(got).not.toContain('RECEIVER_EVENT_ID=999');
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { planEffects } from '../../src/effects/routes.js';
+import { planEffects, planRoutes, ROUTE_DECISIONS_MAX, whyNoRouteApplies } from '../../src/effects/routes.js';
 import type { RouteConfig } from '../../src/config/schema.js';
 
 const effect = { exec: ['true'], timeoutSeconds: 30 };
@@ -51,5 +51,29 @@ describe('routes', () => {
     // Present as the body's own field, it is read like any other.
     expect(planEffects(only(undefined, '{body.constructor}'), ev('s', 't', { constructor: 'c1' }))).toMatchObject([{ kind: 'effect', businessKey: 'c1' }]);
     expect(planEffects(only(undefined, '{body.toString}'), ev('s', 't', { id: 'a' }))).toMatchObject([{ kind: 'failure' }]);
+  });
+
+  it('decisions list the routes of the event\'s source (and "*"), each with why, capped in length', () => {
+    expect(planRoutes(routes, ev('github', 'push', { ref: 'refs/heads/dev', after: 'c1' })).decisions.split('\n')).toEqual([
+      'deploy: filter body.ref = "refs/heads/dev", wanted "refs/heads/main"',
+      'all: applies (key "github:3")',
+    ]);
+    expect(planRoutes(routes, ev('stripe', 'invoice.paid', { id: 'in_1', data: { object: { subscription: 's' } } })).decisions.split('\n')).toEqual([
+      'licence: event type "invoice.paid" not in [checkout.session.completed]',
+      'app: applies (key "in_1")',
+      'subs: version template "{body.created}" resolved to nothing',
+      'all: applies (key "stripe:3")',
+    ]);
+    // At ingest: nothing when a route applies, or may (a filter on {id}).
+    const gh = (type: string, body: unknown) => ({ source: 'github', eventType: type, headers: {}, body: Buffer.from(JSON.stringify(body)) });
+    const ghRoutes = routes.filter((r) => r.source === 'github');
+    expect(whyNoRouteApplies(ghRoutes, gh('push', { ref: 'refs/heads/main' }))).toBeUndefined();
+    expect(whyNoRouteApplies(ghRoutes, gh('push', {}))).toBe('deploy: filter body.ref = missing, wanted "refs/heads/main"');
+    expect(whyNoRouteApplies(ghRoutes, { ...gh('x', {}), source: 'gitlab' })).toBe('no route for source "gitlab"');
+    const many: RouteConfig[] = Array.from({ length: 40 }, (_, i) => ({ name: `route-${i}`, source: 'github', events: ['release'], key: '{id}', effect }));
+    const text = whyNoRouteApplies(many, gh('push', {}))!;
+    expect(text.length).toBeLessThanOrEqual(ROUTE_DECISIONS_MAX);
+    expect(text).toMatch(/^route-0: event type "push" not in \[release\]\n/);
+    expect(text).toMatch(/\n\(\d+ more route\(s\) not shown\)$/);
   });
 });

@@ -305,6 +305,66 @@ describe.each(backends)('$name store contract', (backend) => {
     });
   });
 
+  describe('route decisions: why each route did or did not apply, stored with the event', () => {
+    it('an event stored done at ingest keeps its decisions; a routed one has none until the drain settles it', async () => {
+      const unrouted = await store.ingest(
+        event('u', undefined, { routed: false, routeDecisions: 'deploy: event type "ping" not in [push]\nlicence: filter body.ref = "x", wanted "y"' }),
+      );
+      const routed = await store.ingest(event('r', undefined, { routeDecisions: 'ignored: the event waits for the drain' }));
+      expect(await store.getEvent(unrouted.eventId)).toMatchObject({
+        status: 'done',
+        routeDecisions: ['deploy: event type "ping" not in [push]', 'licence: filter body.ref = "x", wanted "y"'],
+      });
+      expect((await store.getEvent(routed.eventId))!.routeDecisions).toBeNull();
+    });
+
+    it("complete, retry and bury store the attempt's decisions (a later attempt's replace them); a lost lease stores nothing", async () => {
+      const a = await claimed('a');
+      expect(await store.retryEvent(a.lease, 'deploy: exit 1', T0, 'deploy: applies (key "c1")')).toBe(true);
+      expect((await store.getEvent(a.id))!.routeDecisions).toEqual(['deploy: applies (key "c1")']);
+      const again = await store.claimEvent('drain-a', T0, LEASE);
+      expect(
+        await store.buryEvent(
+          again!.lease,
+          'deploy: key template "{body.after}" resolved to nothing',
+          T0,
+          'deploy: key template "{body.after}" resolved to nothing',
+        ),
+      ).toBe(true);
+      expect((await store.getEvent(a.id))!.routeDecisions).toEqual(['deploy: key template "{body.after}" resolved to nothing']);
+
+      const b = await claimed('b');
+      // Taken over: the old holder's settle changes nothing, decisions included.
+      const taken = await store.claimEvent('drain-b', T0 + LEASE, LEASE);
+      expect(taken?.id).toBe(b.id);
+      expect(await store.completeEvent(b.lease, T0, 'stale: not stored')).toBe(false);
+      expect(await store.completeEvent(taken!.lease, T0 + LEASE, 'deploy: event type "ping" not in [push]')).toBe(true);
+      expect((await store.getEvent(b.id))!.routeDecisions).toEqual(['deploy: event type "ping" not in [push]']);
+      // Without decisions (an older caller), the stored ones are kept.
+      const c = await claimed('c');
+      expect(await store.completeEvent(c.lease, T0)).toBe(true);
+      expect((await store.getEvent(c.id))!.routeDecisions).toBeNull();
+    });
+
+    it("a module effect's completeOnOk stores them in the same commit", async () => {
+      const e = await claimed('m');
+      const out = await store.runTransactionalEffect(
+        e.lease,
+        1,
+        start('licence', 'cus_1'),
+        async () => {},
+        () => T0,
+        LEASE,
+        {
+          completeOnOk: true,
+          routeDecisions: 'licence: applies (key "cus_1")',
+        },
+      );
+      expect(out).toMatchObject({ action: 'ok', completed: true });
+      expect(await store.getEvent(e.id)).toMatchObject({ status: 'done', routeDecisions: ['licence: applies (key "cus_1")'] });
+    });
+  });
+
   describe('drain: claims and leases', () => {
     it('claims the oldest due event first, skipping ones not yet due, and reports when the next one is due', async () => {
       const a = await store.ingest(event('a'));
@@ -952,8 +1012,13 @@ describe.each(backends)('$name store contract', (backend) => {
       const c = await store.claimEvent('drain-a', T0, LEASE);
       expect(c?.id).toBe(first.eventId);
       // An unrouted fetched event is done at once, as ingest stores it.
-      const unrouted = await store.storeFetched(fetched('evt_2', undefined, { routed: false }));
-      expect((await store.getEvent(unrouted.eventId))?.status).toBe('done');
+      const unrouted = await store.storeFetched(
+        fetched('evt_2', undefined, { routed: false, routeDecisions: 'licence: event type "charge.refunded" not in [invoice.paid]' }),
+      );
+      expect(await store.getEvent(unrouted.eventId)).toMatchObject({
+        status: 'done',
+        routeDecisions: ['licence: event type "charge.refunded" not in [invoice.paid]'],
+      });
     });
 
     it('a signed delivery of a fetched event is a duplicate with the stored answer, even with a different body hash', async () => {

@@ -435,10 +435,21 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
         <dd>HTTP {e.responseStatus}</dd>
         <dt>Last error</dt>
         <dd>{e.lastError ?? <span class="muted">none</span>}</dd>
-        {e.status === 'done' && e.attempts === 0 ? (
+        {e.routeDecisions !== null || (e.status === 'done' && e.attempts === 0) ? (
           <>
             <dt>Routes</dt>
-            <dd>No route applied to this event when it arrived (stored done; after adding a route, replay it).</dd>
+            <dd>
+              {e.status === 'done' && e.attempts === 0
+                ? 'No route applied to this event when it arrived (stored done; after adding a route, replay it).'
+                : null}
+              {e.routeDecisions === null ? null : (
+                <ul aria-label="Route decisions" class="mono">
+                  {e.routeDecisions.map((d) => (
+                    <li>{d}</li>
+                  ))}
+                </ul>
+              )}
+            </dd>
           </>
         ) : null}
       </dl>

@@ -26,9 +26,9 @@ async function storeFetched(c: Conn, e: FetchedEvent): Promise<StoreFetchedResul
   const inserted = await c.query<{ id: number }>(
     'catch-up',
     `INSERT INTO events
-       (id, source, delivery_id, event_type, status, received_at, headers, body, body_sha256, response_status, response_body, next_attempt_at, finished_at, origin)
+       (id, source, delivery_id, event_type, status, received_at, headers, body, body_sha256, response_status, response_body, next_attempt_at, finished_at, origin, route_decisions)
      OVERRIDING SYSTEM VALUE
-     VALUES ($1, $2, $3, $4, $5, $6, '{"content-type": "application/json"}'::jsonb, $7, $8, $9, $10, $6, $11, 'catch-up')
+     VALUES ($1, $2, $3, $4, $5, $6, '{"content-type": "application/json"}'::jsonb, $7, $8, $9, $10, $6, $11, 'catch-up', $12)
      ON CONFLICT (source, delivery_id) DO NOTHING
      RETURNING id`,
     [
@@ -43,6 +43,7 @@ async function storeFetched(c: Conn, e: FetchedEvent): Promise<StoreFetchedResul
       e.successStatus,
       acceptedAnswer(id),
       done ? e.receivedAt : null,
+      done ? (e.routeDecisions ?? null) : null,
     ],
   );
   if (inserted.rows.length === 1) return { stored: true, eventId: id };

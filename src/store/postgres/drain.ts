@@ -206,7 +206,10 @@ export async function runTransactionalEffect(c: Conn, m: steps.ModuleEffect): Pr
         await rollbackAndRelease(client);
         return { action: 'lost' };
       }
-      const ok = await runSteps(client, steps.moduleDone(dialect, { lease, attempt, start, row: decided.row, startedAt, finishedAt }, m.completeOnOk));
+      const ok = await runSteps(
+        client,
+        steps.moduleDone(dialect, { lease, attempt, start, row: decided.row, startedAt, finishedAt }, m.completeOnOk, m.routeDecisions),
+      );
       await commit(client, 'module effect');
       client.release();
       return ok;
@@ -231,14 +234,14 @@ export async function recordAttempt(c: Conn, r: AttemptRecord): Promise<void> {
   await runAlone(c, 'record attempt', steps.recordAttempt(dialect, r));
 }
 
-export function completeEvent(c: Conn, lease: Lease, now: number): Promise<boolean> {
-  return runAlone(c, 'complete event', steps.completeEvent(dialect, lease, now));
+export function completeEvent(c: Conn, lease: Lease, now: number, routeDecisions?: string): Promise<boolean> {
+  return runAlone(c, 'complete event', steps.completeEvent(dialect, lease, now, routeDecisions));
 }
 
-export function retryEvent(c: Conn, lease: Lease, error: string, nextAttemptAt: number): Promise<boolean> {
-  return runAlone(c, 'retry event', steps.retryEvent(dialect, lease, error, nextAttemptAt));
+export function retryEvent(c: Conn, lease: Lease, error: string, nextAttemptAt: number, routeDecisions?: string): Promise<boolean> {
+  return runAlone(c, 'retry event', steps.retryEvent(dialect, lease, error, nextAttemptAt, routeDecisions));
 }
 
-export function buryEvent(c: Conn, lease: Lease, error: string, now: number): Promise<boolean> {
-  return runAlone(c, 'bury event', steps.buryEvent(dialect, lease, error, now));
+export function buryEvent(c: Conn, lease: Lease, error: string, now: number, routeDecisions?: string): Promise<boolean> {
+  return runAlone(c, 'bury event', steps.buryEvent(dialect, lease, error, now, routeDecisions));
 }

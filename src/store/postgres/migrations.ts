@@ -130,6 +130,14 @@ CREATE TABLE catch_up (
 );
 `,
   },
+  {
+    version: 4,
+    name: 'route decisions',
+    // As SQLite's version 4: why each route did or did not apply to the event.
+    sql: `
+ALTER TABLE events ADD COLUMN route_decisions text;
+`,
+  },
 ];
 
 export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

@@ -22,8 +22,8 @@ export function catchUpOn(db: Db, busyTimeoutMs: number): CatchUpStore {
 }
 
 const INSERT_FETCHED = `INSERT OR IGNORE INTO events
-  (source, delivery_id, event_type, status, received_at, headers, body, body_sha256, response_status, next_attempt_at, finished_at, origin)
-  VALUES (?, ?, ?, ?, ?, '{"content-type":"application/json"}', ?, ?, ?, ?, ?, 'catch-up')`;
+  (source, delivery_id, event_type, status, received_at, headers, body, body_sha256, response_status, next_attempt_at, finished_at, origin, route_decisions)
+  VALUES (?, ?, ?, ?, ?, '{"content-type":"application/json"}', ?, ?, ?, ?, ?, 'catch-up', ?)`;
 
 function storeFetched(db: Db, busyTimeoutMs: number, e: FetchedEvent): Promise<StoreFetchedResult> {
   const run = db.transaction((): StoreFetchedResult => {
@@ -41,6 +41,7 @@ function storeFetched(db: Db, busyTimeoutMs: number, e: FetchedEvent): Promise<S
       e.successStatus,
       e.receivedAt,
       done ? e.receivedAt : null,
+      done ? (e.routeDecisions ?? null) : null,
     );
     if (inserted.changes === 1) {
       const id = Number(inserted.lastInsertRowid);

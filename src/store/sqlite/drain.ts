@@ -345,7 +345,10 @@ export async function runTransactionalEffect(c: DrainConnection, m: steps.Module
   if (failure === undefined) {
     try {
       const finishedAt = now();
-      const ok = runSteps(c.db, steps.moduleDone(dialect, { lease, attempt, start, row: decided.row, startedAt, finishedAt }, m.completeOnOk));
+      const ok = runSteps(
+        c.db,
+        steps.moduleDone(dialect, { lease, attempt, start, row: decided.row, startedAt, finishedAt }, m.completeOnOk, m.routeDecisions),
+      );
       commit(c, finishedAt);
       return ok;
     } catch (e) {
@@ -380,14 +383,14 @@ async function settle(c: DrainConnection, what: string, operation: () => Steps<b
   return held;
 }
 
-export function completeEvent(c: DrainConnection, lease: Lease, now: number): Promise<boolean> {
-  return settle(c, 'complete event', () => steps.completeEvent(dialect, lease, now));
+export function completeEvent(c: DrainConnection, lease: Lease, now: number, routeDecisions?: string): Promise<boolean> {
+  return settle(c, 'complete event', () => steps.completeEvent(dialect, lease, now, routeDecisions));
 }
 
-export function retryEvent(c: DrainConnection, lease: Lease, error: string, nextAttemptAt: number): Promise<boolean> {
-  return settle(c, 'retry event', () => steps.retryEvent(dialect, lease, error, nextAttemptAt));
+export function retryEvent(c: DrainConnection, lease: Lease, error: string, nextAttemptAt: number, routeDecisions?: string): Promise<boolean> {
+  return settle(c, 'retry event', () => steps.retryEvent(dialect, lease, error, nextAttemptAt, routeDecisions));
 }
 
-export function buryEvent(c: DrainConnection, lease: Lease, error: string, now: number): Promise<boolean> {
-  return settle(c, 'bury event', () => steps.buryEvent(dialect, lease, error, now));
+export function buryEvent(c: DrainConnection, lease: Lease, error: string, now: number, routeDecisions?: string): Promise<boolean> {
+  return settle(c, 'bury event', () => steps.buryEvent(dialect, lease, error, now, routeDecisions));
 }

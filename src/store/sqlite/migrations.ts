@@ -127,6 +127,15 @@ CREATE TABLE catch_up (
 );
 `,
   },
+  {
+    version: 4,
+    name: 'route decisions',
+    // Why each route did or did not apply to the event, one line per route: written when
+    // it is stored done because none applied, and when the drain plans its effects.
+    sql: `
+ALTER TABLE events ADD COLUMN route_decisions TEXT;
+`,
+  },
 ];
 
 export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

@@ -137,18 +137,18 @@ interface BatchTimes {
 }
 
 /**
- * Calls `batch` until it handles fewer than `size` rows, pausing between calls so others get
- * the write lock; `after` runs after each call (the progress line).
+ * Calls `batch` until it says nothing is left, pausing between calls so others get the
+ * write lock; `after` runs after each call (the progress line).
  */
-async function inBatches(size: number, times: BatchTimes, batch: () => Promise<number>, after: () => void): Promise<void> {
+async function inBatches(times: BatchTimes, batch: () => Promise<boolean>, after: () => void): Promise<void> {
   for (;;) {
     const started = performance.now();
-    const changed = await batch();
+    const more = await batch();
     const elapsed = performance.now() - started;
     times.batches += 1;
     times.ms.push(elapsed);
     after();
-    if (changed < size) return;
+    if (!more) return;
     // Let a running server's ingest (and drain) take the lock between batches.
     await sleep(Math.max(MIN_PAUSE_MS, elapsed));
   }
@@ -246,26 +246,24 @@ async function runPurge(store: Store, options: PurgeOptions, io: CliIo): Promise
     // Events first: fewer rows are left to strip, and the keys only they referred to can go too.
     if (purgeCutoff !== undefined) {
       await inBatches(
-        size,
         times,
         async () => {
           const r = await store.purgeBatch(purgeCutoff, size);
           report.purged += r.events;
           report.attemptsPurged += r.attempts;
           report.conflictsPurged += r.conflicts;
-          return r.events;
+          return r.events === size;
         },
         progress.update,
       );
     }
     if (bodiesCutoff !== undefined) {
       await inBatches(
-        size,
         times,
         async () => {
           const r = await store.dropBodiesBatch(bodiesCutoff, size);
           report.bodiesDropped += r.events;
-          return r.events;
+          return r.events === size;
         },
         progress.update,
       );
@@ -273,13 +271,13 @@ async function runPurge(store: Store, options: PurgeOptions, io: CliIo): Promise
     if (ledgerCutoff !== undefined) {
       let afterKey = '';
       await inBatches(
-        size,
         times,
         async () => {
           const r = await store.purgeLedgerBatch(ledgerCutoff, afterKey, size);
           report.ledgerPurged += r.removed;
-          afterKey = r.lastKey ?? afterKey;
-          return r.picked;
+          if (r.lastKey === null) return false;
+          afterKey = r.lastKey;
+          return true;
         },
         progress.update,
       );

@@ -79,9 +79,13 @@ const statements = memo((d: Dialect) => {
     countPurgeable: text((p) => `SELECT count(*) AS n FROM events WHERE status = 'done' AND received_at < ${p()}`),
     countBodiesDroppable: text((p) => `SELECT count(*) AS n FROM events WHERE status = 'done' AND received_at < ${p()} AND body IS NOT NULL`),
     countLedgerPurgeable: text((p) => `SELECT count(*) AS n FROM effects f WHERE ${ledgerPurgeable(p)}`),
-    // A read in key order from where the last batch stopped: the whole ledger is walked once
-    // per purge, and no index on finished_at is written at every effect.
-    pickLedger: text((p) => `SELECT f.effect_key FROM effects f WHERE f.effect_key > ${p()} AND ${ledgerPurgeable(p)} ORDER BY f.effect_key LIMIT ${p()}`),
+    // A window of keys in key order from where the last batch stopped, each marked purgeable
+    // or not: the whole ledger is walked once per purge, a bounded stretch per read, and no
+    // index on finished_at is written at every effect. Parameters: cutoff, after key, window.
+    ledgerWindow: text(
+      (p) => `SELECT f.effect_key, CASE WHEN ${ledgerPurgeable(p)} THEN 1 ELSE 0 END AS purgeable
+        FROM effects f WHERE f.effect_key > ${p()} ORDER BY f.effect_key LIMIT ${p()}`,
+    ),
     // The rule again at the delete: a key a drain ran or decided about since the pick stays.
     deleteLedger: text(
       (p) => `DELETE FROM effects WHERE effect_key IN (
@@ -149,9 +153,28 @@ export function* countLedgerPurgeable(d: Dialect, finishedBefore: number): Steps
   return (yield* first<{ n: number }>(statements(d).countLedgerPurgeable, [finishedBefore]))?.n ?? 0;
 }
 
-/** Up to `limit` purgeable ledger keys after `afterKey`, in key order. */
-export function* pickLedger(d: Dialect, finishedBefore: number, afterKey: string, limit: number): Steps<string[]> {
-  return (yield* rows<{ effect_key: string }>(statements(d).pickLedger, [afterKey, finishedBefore, limit])).map((r) => r.effect_key);
+/** Keys read per ledger purge batch, per key it may delete: bounds each read as `limit` bounds each delete. */
+export const LEDGER_WINDOW_PER_DELETE = 10;
+
+/**
+ * The next stretch of the ledger after `afterKey`: up to `limit` purgeable keys, and the
+ * key the next batch starts after (null at the end of the ledger).
+ */
+export function* pickLedger(
+  d: Dialect,
+  finishedBefore: number,
+  afterKey: string,
+  limit: number,
+): Steps<{ keys: string[]; lastKey: string | null; examined: number }> {
+  const window = limit * LEDGER_WINDOW_PER_DELETE;
+  const found = yield* rows<{ effect_key: string; purgeable: number }>(statements(d).ledgerWindow, [finishedBefore, afterKey, window]);
+  const keys: string[] = [];
+  for (const [i, r] of found.entries()) {
+    if (Number(r.purgeable) === 1) keys.push(r.effect_key);
+    // As many as one delete takes: the next batch goes on from here.
+    if (keys.length === limit) return { keys, lastKey: r.effect_key, examined: i + 1 };
+  }
+  return { keys, lastKey: found.length < window ? null : found[found.length - 1]!.effect_key, examined: found.length };
 }
 
 /** Deletes those of `keys` that are still purgeable. */
@@ -343,9 +366,9 @@ export function sharedOps(d: Dialect, run: StepRunner): SharedOps {
     countLedgerPurgeable: (finishedBefore) => run.alone('purge', countLedgerPurgeable(d, finishedBefore)),
     purgeLedgerBatch: async (finishedBefore, afterKey, limit): Promise<LedgerPurgeBatchResult> => {
       // The pick reads without the write lock; only the delete of what it found takes it.
-      const keys = await run.alone('purge', pickLedger(d, finishedBefore, afterKey, limit));
+      const { keys, lastKey, examined } = await run.alone('purge', pickLedger(d, finishedBefore, afterKey, limit));
       const removed = keys.length === 0 ? 0 : await run.write('purge', () => deleteLedger(d, keys, finishedBefore));
-      return { picked: keys.length, removed, lastKey: keys.length === 0 ? null : keys[keys.length - 1]! };
+      return { examined, picked: keys.length, removed, lastKey };
     },
     findEventId: (source, deliveryId) => run.alone('replay', findEventId(d, source, deliveryId)),
     replayEvents: (eventIds, options) => run.write('replay', () => replayEvents(d, eventIds, options)),

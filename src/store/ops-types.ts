@@ -28,13 +28,18 @@ export interface PurgeBatchResult {
   conflicts: number;
 }
 
-/** What one ledger purge batch did: picked keys in key order, then deleted them in one short write transaction. */
+/**
+ * What one ledger purge batch did: read a stretch of keys in key order, then deleted the
+ * purgeable ones in one short write transaction.
+ */
 export interface LedgerPurgeBatchResult {
-  /** Keys found purgeable after `afterKey` (fewer than `limit`: the walk reached the end of the ledger). */
+  /** Keys read (at most 10 times `limit`, so no read is long, however big the ledger). */
+  examined: number;
+  /** Of those, keys found purgeable (at most `limit`). */
   picked: number;
   /** Ledger rows deleted: the picked ones still purgeable at the delete (a drain may have run one meanwhile). */
   removed: number;
-  /** The last key picked, where the next batch starts (null when none was picked). */
+  /** Where the next batch starts (after this key); null when the walk reached the end of the ledger. */
   lastKey: string | null;
 }
 
@@ -269,7 +274,7 @@ export interface OpsStore {
 
   /**
    * Deletes up to `limit` such ledger rows with keys after `afterKey` (in key order; '' for
-   * the first batch). The keys are picked by a read, then deleted in one short write
+   * the first batch), reading at most 10 times `limit` keys. They are picked by that read, then deleted in one short write
    * transaction that checks the rule again, so a key a drain runs or refers to meanwhile
    * stays. On PostgreSQL, rows another transaction holds are skipped. A purged key is
    * forgotten: the next event that brings it runs its effect again.

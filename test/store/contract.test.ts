@@ -801,15 +801,16 @@ describe.each(backends)('$name store contract', (backend) => {
       const cutoff = T0 - 30 * DAY;
       expect((await store.stats(T0)).ledger).toEqual({ bytes: expect.any(Number), oldestFinishedAt: T0 - 60 * DAY });
       expect(await store.countLedgerPurgeable(cutoff)).toBe(2);
-      expect(await store.purgeLedgerBatch(cutoff, '', 1)).toEqual({ picked: 1, removed: 1, lastKey: 'r:gone' });
-      expect(await store.purgeLedgerBatch(cutoff, 'r:gone', 1)).toEqual({ picked: 1, removed: 1, lastKey: 'r:gone-failed' });
-      expect(await store.purgeLedgerBatch(cutoff, 'r:gone-failed', 1)).toEqual({ picked: 0, removed: 0, lastKey: null });
+      // Key order: r:by-attempt, r:by-event, r:gone (the first purgeable: one delete's worth), ...
+      expect(await store.purgeLedgerBatch(cutoff, '', 1)).toEqual({ examined: 3, picked: 1, removed: 1, lastKey: 'r:gone' });
+      expect(await store.purgeLedgerBatch(cutoff, 'r:gone', 1)).toEqual({ examined: 1, picked: 1, removed: 1, lastKey: 'r:gone-failed' });
+      expect(await store.purgeLedgerBatch(cutoff, 'r:gone-failed', 1)).toEqual({ examined: 3, picked: 0, removed: 0, lastKey: null });
       const keys = async () => (await o.rows<{ effect_key: string }>('SELECT effect_key FROM effects ORDER BY effect_key')).map((r) => r.effect_key);
       expect(await keys()).toEqual(['r:by-attempt', 'r:by-event', 'r:running', 'r:unfinished', 'r:young']);
 
       // Once its event is purged, nothing refers to the key any more: the next ledger purge takes it.
       expect((await store.purgeBatch(cutoff, 10)).events).toBe(1);
-      expect(await store.purgeLedgerBatch(cutoff, '', 10)).toEqual({ picked: 1, removed: 1, lastKey: 'r:by-event' });
+      expect(await store.purgeLedgerBatch(cutoff, '', 10)).toEqual({ examined: 5, picked: 1, removed: 1, lastKey: null });
       expect(await keys()).toEqual(['r:by-attempt', 'r:running', 'r:unfinished', 'r:young']);
 
       // The cost: an event that brings a purged key again runs its effect again.
@@ -819,6 +820,19 @@ describe.each(backends)('$name store contract', (backend) => {
       const other = await claimed('other', 'drain-b');
       await o.exec(`UPDATE effects SET status = 'done' WHERE effect_key = 'r:young'`);
       expect(await store.beginEffect(other.lease, other.attempt, start('r', 'young'), T0, LEASE)).toMatchObject({ action: 'skipped' });
+    });
+
+    it('a ledger purge batch reads at most ten keys per key it may delete, and the next goes on from there', async () => {
+      const values = Array.from({ length: 12 }, (_, i) => `('y:${String(i).padStart(2, '0')}', 'y', '${i}', 'done', NULL, 1, ${T0}, ${T0})`);
+      await o.exec(`INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, started_at, finished_at) VALUES ${values.join(', ')}`);
+      await o.exec(
+        `INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, started_at, finished_at) VALUES ('z:old', 'z', 'old', 'done', NULL, 1, 0, 0)`,
+      );
+      const cutoff = T0 - 30 * DAY;
+      expect(await store.purgeLedgerBatch(cutoff, '', 1)).toEqual({ examined: 10, picked: 0, removed: 0, lastKey: 'y:09' });
+      expect(await store.purgeLedgerBatch(cutoff, 'y:09', 1)).toEqual({ examined: 3, picked: 1, removed: 1, lastKey: 'z:old' });
+      expect(await store.purgeLedgerBatch(cutoff, 'z:old', 1)).toEqual({ examined: 0, picked: 0, removed: 0, lastKey: null });
+      expect((await store.stats(T0)).effectsByStatus.done).toBe(12);
     });
 
     it('drops bodies and headers of old finished events in batches; dedupe still answers from the stored row', async () => {

@@ -136,21 +136,27 @@ interface BatchTimes {
   ms: number[];
 }
 
+/** What a batch said: whether more is left, and whether it wrote (took the write lock). */
+interface BatchDone {
+  more: boolean;
+  wrote: boolean;
+}
+
 /**
- * Calls `batch` until it says nothing is left, pausing between calls so others get the
- * write lock; `after` runs after each call (the progress line).
+ * Calls `batch` until it says nothing is left, pausing after each that wrote so others get
+ * the write lock; `after` runs after each call (the progress line).
  */
-async function inBatches(times: BatchTimes, batch: () => Promise<boolean>, after: () => void): Promise<void> {
+async function inBatches(times: BatchTimes, batch: () => Promise<BatchDone>, after: () => void): Promise<void> {
   for (;;) {
     const started = performance.now();
-    const more = await batch();
+    const { more, wrote } = await batch();
     const elapsed = performance.now() - started;
     times.batches += 1;
     times.ms.push(elapsed);
     after();
     if (!more) return;
     // Let a running server's ingest (and drain) take the lock between batches.
-    await sleep(Math.max(MIN_PAUSE_MS, elapsed));
+    if (wrote) await sleep(Math.max(MIN_PAUSE_MS, elapsed));
   }
 }
 
@@ -252,7 +258,7 @@ async function runPurge(store: Store, options: PurgeOptions, io: CliIo): Promise
           report.purged += r.events;
           report.attemptsPurged += r.attempts;
           report.conflictsPurged += r.conflicts;
-          return r.events === size;
+          return { more: r.events === size, wrote: true };
         },
         progress.update,
       );
@@ -263,7 +269,7 @@ async function runPurge(store: Store, options: PurgeOptions, io: CliIo): Promise
         async () => {
           const r = await store.dropBodiesBatch(bodiesCutoff, size);
           report.bodiesDropped += r.events;
-          return r.events === size;
+          return { more: r.events === size, wrote: true };
         },
         progress.update,
       );
@@ -275,9 +281,11 @@ async function runPurge(store: Store, options: PurgeOptions, io: CliIo): Promise
         async () => {
           const r = await store.purgeLedgerBatch(ledgerCutoff, afterKey, size);
           report.ledgerPurged += r.removed;
-          if (r.lastKey === null) return false;
+          // A stretch of the ledger with nothing to delete took no write lock: no pause.
+          const wrote = r.picked > 0;
+          if (r.lastKey === null) return { more: false, wrote };
           afterKey = r.lastKey;
-          return true;
+          return { more: true, wrote };
         },
         progress.update,
       );

@@ -20,6 +20,13 @@
  * 3. With --postgres (an admin URL): the same in a new database made for the run and
  *    dropped after it; rows inserted by generate_series; bytes from pg_total_relation_size.
  * Bounded: every subprocess is killed after 120 s.
+ *
+ * At 1,000,000 keys, --old-share 0.1, on 2 cores shared with other work (load average
+ * 15): SQLite 211 bytes a key (201.5 MiB, the file the same), `stats` 4.0-6.6 s, purging
+ * the 100,000 old keys 67-97 s (batch median 250-340 ms, pick and delete), a purge with
+ * nothing left to delete 22 s (100 reads of 10,000 keys, about 220 ms each). PostgreSQL
+ * 282 bytes a key (268.5 MiB), `stats` 3.6 s, purge 75 s, nothing left 20 s. Each figure
+ * includes starting the CLI (about 0.5 s).
  */
 import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';

@@ -149,12 +149,15 @@ export function runCli(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?:
  * environment (this process's plus `env`) and clock. Much cheaper than a subprocess; a few
  * tests per command still use runCli, so the exit codes of the real binary stay honest.
  */
-export async function runInProcess(args: string[], options: { env?: NodeJS.ProcessEnv; now?: () => number } = {}): Promise<CliResult> {
+export async function runInProcess(
+  args: string[],
+  options: { env?: NodeJS.ProcessEnv; now?: () => number; /** stderr says it is a terminal */ tty?: boolean } = {},
+): Promise<CliResult> {
   let stdout = '';
   let stderr = '';
   const code = await run(['node', 'receiver', ...args], {
     stdout: { write: (text: string) => (stdout += text) },
-    stderr: { write: (text: string) => (stderr += text) },
+    stderr: { write: (text: string) => (stderr += text), ...(options.tty === true ? { isTTY: true } : {}) },
     now: options.now ?? Date.now,
     env: { ...process.env, ...options.env },
   });

@@ -4,6 +4,7 @@ import type {
   EventStatus,
   EventSummary,
   HourlyDeliveries,
+  LedgerPurgeBatchResult,
   ListEventsQuery,
   OpsStore,
   ReplayOptions,
@@ -35,7 +36,7 @@ import { changes, first, memo, rows, sqlText, type Dialect, type Steps } from '.
 
 /**
  * Operator operations written once for both stores (see sql.ts): counts, replay, events
- * list and show, stats, the admin overview's figures. Purge batches stay in each store: PostgreSQL deletes a batch in
+ * list and show, stats, the admin overview's figures, the ledger purge. Event purge batches stay in each store: PostgreSQL deletes a batch in
  * one statement (writable CTEs, SKIP LOCKED), SQLite in several under its write lock.
  */
 
@@ -58,6 +59,18 @@ const SOURCES = `WITH RECURSIVE sources(source) AS (
   SELECT min(source) FROM events
   UNION ALL SELECT (SELECT min(source) FROM events WHERE source > sources.source) FROM sources WHERE sources.source IS NOT NULL)`;
 
+/**
+ * A ledger row that may be purged (`f` is the effects row; takes one parameter, the
+ * cutoff): finished (done or failed; a running row is a run in progress, or one that
+ * crashed and must repeat) before the cutoff, and referred to by no stored event. The
+ * event that last ran it is `event_id`; every event that decided about the key has an
+ * attempt row with it (run, skipped, stale or busy), and attempts go only with their
+ * event. So while any event that brought the key is kept, the key is kept.
+ */
+const ledgerPurgeable = (p: () => string) => `f.status IN ('done', 'failed') AND f.finished_at < ${p()}
+  AND NOT EXISTS (SELECT 1 FROM events e WHERE e.id = f.event_id)
+  AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.effect_key = f.effect_key)`;
+
 const REPLAY_COLUMNS = `id, source, delivery_id, status, lease_owner, lease_expires_at, CASE WHEN body IS NULL THEN 1 ELSE 0 END AS body_dropped`;
 
 const statements = memo((d: Dialect) => {
@@ -65,6 +78,19 @@ const statements = memo((d: Dialect) => {
   return {
     countPurgeable: text((p) => `SELECT count(*) AS n FROM events WHERE status = 'done' AND received_at < ${p()}`),
     countBodiesDroppable: text((p) => `SELECT count(*) AS n FROM events WHERE status = 'done' AND received_at < ${p()} AND body IS NOT NULL`),
+    countLedgerPurgeable: text((p) => `SELECT count(*) AS n FROM effects f WHERE ${ledgerPurgeable(p)}`),
+    // A window of keys in key order from where the last batch stopped, each marked purgeable
+    // or not: the whole ledger is walked once per purge, a bounded stretch per read, and no
+    // index on finished_at is written at every effect. Parameters: cutoff, after key, window.
+    ledgerWindow: text(
+      (p) => `SELECT f.effect_key, CASE WHEN ${ledgerPurgeable(p)} THEN 1 ELSE 0 END AS purgeable
+        FROM effects f WHERE f.effect_key > ${p()} ORDER BY f.effect_key LIMIT ${p()}`,
+    ),
+    // The rule again at the delete: a key a drain ran or decided about since the pick stays.
+    deleteLedger: text(
+      (p) => `DELETE FROM effects WHERE effect_key IN (
+        SELECT f.effect_key FROM effects f WHERE f.effect_key IN (${d.textList(p())}) AND ${ledgerPurgeable(p)}${d.skipLocked})`,
+    ),
     findEventId: text((p) => `SELECT id FROM events WHERE source = ${p()} AND delivery_id = ${p()}`),
     // Locked (where the dialect locks rows) until COMMIT, so a drain cannot claim or complete
     // one between the check and the reset.
@@ -92,7 +118,10 @@ const statements = memo((d: Dialect) => {
       FROM events GROUP BY source, status`,
     statsConflicts: `SELECT CAST(coalesce(sum(1 + repeats), 0) AS bigint) AS n FROM conflicts`,
     statsStuck: text((p) => `SELECT count(*) AS n, min(lease_expires_at) AS oldest FROM events WHERE status = 'processing' AND lease_expires_at < ${p()}`),
-    statsEffects: `SELECT status, count(*) AS n FROM effects GROUP BY status`,
+    statsEffects: `SELECT status, count(*) AS n, min(finished_at) AS oldest FROM effects GROUP BY status`,
+    statsLedgerBytes: d.tableBytes('effects'),
+    // Ids start at 1 and are never reused: while event 1 is stored, nothing older was purged.
+    statsFirstEvent: `SELECT received_at FROM events WHERE id = 1`,
     // Reads only the newest rows (by id): its cost follows the window, not the table.
     // Parameters: `since`, three times.
     deliveriesPerHour: text(
@@ -118,6 +147,39 @@ export function* countPurgeable(d: Dialect, receivedBefore: number): Steps<numbe
 
 export function* countBodiesDroppable(d: Dialect, receivedBefore: number): Steps<number> {
   return (yield* first<{ n: number }>(statements(d).countBodiesDroppable, [receivedBefore]))?.n ?? 0;
+}
+
+export function* countLedgerPurgeable(d: Dialect, finishedBefore: number): Steps<number> {
+  return (yield* first<{ n: number }>(statements(d).countLedgerPurgeable, [finishedBefore]))?.n ?? 0;
+}
+
+/** Keys read per ledger purge batch, per key it may delete: bounds each read as `limit` bounds each delete. */
+export const LEDGER_WINDOW_PER_DELETE = 10;
+
+/**
+ * The next stretch of the ledger after `afterKey`: up to `limit` purgeable keys, and the
+ * key the next batch starts after (null at the end of the ledger).
+ */
+export function* pickLedger(
+  d: Dialect,
+  finishedBefore: number,
+  afterKey: string,
+  limit: number,
+): Steps<{ keys: string[]; lastKey: string | null; examined: number }> {
+  const window = limit * LEDGER_WINDOW_PER_DELETE;
+  const found = yield* rows<{ effect_key: string; purgeable: number }>(statements(d).ledgerWindow, [finishedBefore, afterKey, window]);
+  const keys: string[] = [];
+  for (const [i, r] of found.entries()) {
+    if (Number(r.purgeable) === 1) keys.push(r.effect_key);
+    // As many as one delete takes: the next batch goes on from here.
+    if (keys.length === limit) return { keys, lastKey: r.effect_key, examined: i + 1 };
+  }
+  return { keys, lastKey: found.length < window ? null : found[found.length - 1]!.effect_key, examined: found.length };
+}
+
+/** Deletes those of `keys` that are still purgeable. */
+export function* deleteLedger(d: Dialect, keys: readonly string[], finishedBefore: number): Steps<number> {
+  return yield* changes(statements(d).deleteLedger, [d.ids(keys), finishedBefore]);
 }
 
 export function* findEventId(d: Dialect, source: string, deliveryId: string): Steps<number | undefined> {
@@ -251,7 +313,14 @@ export function* stats(d: Dialect, now: number): Steps<StoreStats> {
   const conflicts = (yield* first<{ n: number }>(s.statsConflicts))?.n ?? 0;
   const stuck = yield* first<{ n: number; oldest: number | null }>(s.statsStuck, [now]);
   const effectsByStatus: StoreStats['effectsByStatus'] = { running: 0, done: 0, failed: 0 };
-  for (const e of yield* rows<{ status: EffectRow['status']; n: number }>(s.statsEffects)) effectsByStatus[e.status] = e.n;
+  let oldestFinishedAt: number | null = null;
+  for (const e of yield* rows<{ status: EffectRow['status']; n: number; oldest: number | null }>(s.statsEffects)) {
+    effectsByStatus[e.status] = e.n;
+    // A running row's finished_at is its previous run's, or none.
+    if (e.status !== 'running' && e.oldest !== null) oldestFinishedAt = oldestFinishedAt === null ? e.oldest : Math.min(oldestFinishedAt, e.oldest);
+  }
+  const bytes = (yield* first<{ bytes: number }>(s.statsLedgerBytes))?.bytes ?? 0;
+  const firstEvent = yield* first<{ received_at: number }>(s.statsFirstEvent);
   return {
     byStatus,
     duplicates,
@@ -260,6 +329,8 @@ export function* stats(d: Dialect, now: number): Steps<StoreStats> {
     stuckClaims: stuck?.n ?? 0,
     oldestStuckLeaseExpiresAt: stuck?.oldest ?? null,
     effectsByStatus,
+    ledger: { bytes, oldestFinishedAt },
+    firstEventReceivedAt: firstEvent?.received_at ?? null,
   };
 }
 
@@ -276,6 +347,8 @@ export type SharedOps = Pick<
   OpsStore,
   | 'countPurgeable'
   | 'countBodiesDroppable'
+  | 'countLedgerPurgeable'
+  | 'purgeLedgerBatch'
   | 'findEventId'
   | 'replayEvents'
   | 'replayDead'
@@ -290,6 +363,13 @@ export function sharedOps(d: Dialect, run: StepRunner): SharedOps {
   return {
     countPurgeable: (receivedBefore) => run.alone('purge', countPurgeable(d, receivedBefore)),
     countBodiesDroppable: (receivedBefore) => run.alone('purge', countBodiesDroppable(d, receivedBefore)),
+    countLedgerPurgeable: (finishedBefore) => run.alone('purge', countLedgerPurgeable(d, finishedBefore)),
+    purgeLedgerBatch: async (finishedBefore, afterKey, limit): Promise<LedgerPurgeBatchResult> => {
+      // The pick reads without the write lock; only the delete of what it found takes it.
+      const { keys, lastKey, examined } = await run.alone('purge', pickLedger(d, finishedBefore, afterKey, limit));
+      const removed = keys.length === 0 ? 0 : await run.write('purge', () => deleteLedger(d, keys, finishedBefore));
+      return { examined, picked: keys.length, removed, lastKey };
+    },
     findEventId: (source, deliveryId) => run.alone('replay', findEventId(d, source, deliveryId)),
     replayEvents: (eventIds, options) => run.write('replay', () => replayEvents(d, eventIds, options)),
     replayDead: (options) => run.write('replay', () => replayDead(d, options)),

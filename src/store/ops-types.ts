@@ -10,7 +10,8 @@
  *
  * Vocabulary: see the glossary in ./types.ts. "Finished" here means status `done`:
  * `dead` events wait for a replay and keep everything; `pending` and `processing`
- * events are live. The effect ledger (`effects`) is never deleted by these methods.
+ * events are live. The effect ledger (`effects`) is deleted only by purgeLedgerBatch, and
+ * only rows no stored event refers to.
  */
 
 export type EventStatus = 'pending' | 'processing' | 'done' | 'dead';
@@ -25,6 +26,21 @@ export interface PurgeBatchResult {
   attempts: number;
   /** Their `conflicts` rows, deleted with them. */
   conflicts: number;
+}
+
+/**
+ * What one ledger purge batch did: read a stretch of keys in key order, then deleted the
+ * purgeable ones in one short write transaction.
+ */
+export interface LedgerPurgeBatchResult {
+  /** Keys read (at most 10 times `limit`, so no read is long, however big the ledger). */
+  examined: number;
+  /** Of those, keys found purgeable (at most `limit`). */
+  picked: number;
+  /** Ledger rows deleted: the picked ones still purgeable at the delete (a drain may have run one meanwhile). */
+  removed: number;
+  /** Where the next batch starts (after this key); null when the walk reached the end of the ledger. */
+  lastKey: string | null;
 }
 
 /** What one tiered-retention batch changed (all in one transaction). */
@@ -201,6 +217,18 @@ export interface StoreStats {
   oldestStuckLeaseExpiresAt: number | null;
   /** Ledger rows by status. */
   effectsByStatus: Record<'running' | 'done' | 'failed', number>;
+  ledger: {
+    /** Disk space of the `effects` table with its index (bytes). */
+    bytes: number;
+    /** finished_at of the oldest done or failed ledger row, or null. */
+    oldestFinishedAt: number | null;
+  };
+  /**
+   * received_at of the database's first event (id 1) while it is still stored, else null:
+   * then nothing received before the oldest stored event was ever purged, and that is
+   * how old the database is.
+   */
+  firstEventReceivedAt: number | null;
 }
 
 /** The queue as GET /metrics reads it at every scrape. */
@@ -241,6 +269,23 @@ export interface OpsStore {
    * by the ledger).
    */
   purgeBatch(receivedBefore: number, limit: number): Promise<PurgeBatchResult>;
+
+  /**
+   * How many ledger rows purgeLedgerBatch would delete now: `done` or `failed` (never
+   * `running`), finished before `finishedBefore`, and referred to by no stored event
+   * (neither the event that last ran it, `effects.event_id`, nor any event with an attempt
+   * of its key; attempts are deleted with their event).
+   */
+  countLedgerPurgeable(finishedBefore: number): Promise<number>;
+
+  /**
+   * Deletes up to `limit` such ledger rows with keys after `afterKey` (in key order; '' for
+   * the first batch), reading at most 10 times `limit` keys. They are picked by that read, then deleted in one short write
+   * transaction that checks the rule again, so a key a drain runs or refers to meanwhile
+   * stays. On PostgreSQL, rows another transaction holds are skipped. A purged key is
+   * forgotten: the next event that brings it runs its effect again.
+   */
+  purgeLedgerBatch(finishedBefore: number, afterKey: string, limit: number): Promise<LedgerPurgeBatchResult>;
 
   /** How many `done` events with received_at < receivedBefore still have a body or headers. */
   countBodiesDroppable(receivedBefore: number): Promise<number>;

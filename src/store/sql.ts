@@ -42,6 +42,17 @@ export interface Dialect {
    */
   lockRows: string;
   /**
+   * Appended to a SELECT inside a batch delete: takes the rows no other transaction holds
+   * and leaves the others for a later run (PostgreSQL), so a purge never waits on a drain;
+   * empty where the write lock already excludes every other writer (SQLite).
+   */
+  skipLocked: string;
+  /**
+   * A SELECT giving one row `bytes`: the disk space of a table with its indexes
+   * (SQLite's dbstat, PostgreSQL's pg_total_relation_size).
+   */
+  tableBytes(table: string): string;
+  /**
    * How a column is written in a WHERE so the planner does not use an index on it. SQLite,
    * without statistics, takes `source = ?` as selective and reads every event of that
    * source through the (source, delivery_id) index, then sorts them by id; walking ids

@@ -86,6 +86,12 @@ export abstract class StoreBase<C> implements Omit<DrainStore, 'claimsAreLocal'>
   countBodiesDroppable(receivedBefore: number) {
     return this.sharedOps.countBodiesDroppable(receivedBefore);
   }
+  countLedgerPurgeable(finishedBefore: number) {
+    return this.sharedOps.countLedgerPurgeable(finishedBefore);
+  }
+  purgeLedgerBatch(finishedBefore: number, afterKey: string, limit: number) {
+    return this.sharedOps.purgeLedgerBatch(finishedBefore, afterKey, limit);
+  }
   findEventId(source: string, deliveryId: string) {
     return this.sharedOps.findEventId(source, deliveryId);
   }

@@ -36,7 +36,7 @@ describe('receiver stats', () => {
     insertEvent(db, { source: 'old-shop', deliveryId: 'f', status: 'done', receivedAt: now - HOUR });
     insertConflict(db, dead, now);
     insertConflict(db, dead, now);
-    insertEffect(db, { effectKey: 'licence:1', eventId: dead, at: now });
+    insertEffect(db, { effectKey: 'licence:1', eventId: dead, at: now - 48 * HOUR });
   });
   afterAll(() => {
     db.close();
@@ -50,6 +50,8 @@ describe('receiver stats', () => {
     const s = JSON.parse(r.stdout);
     expect(s).toEqual({
       at: expect.any(String),
+      // Event 1 is still stored: the database is as old as its oldest event.
+      firstEventAt: new Date(now - 20 * HOUR).toISOString(),
       events: { pending: 1, processing: 2, done: 2, dead: 1, total: 6 },
       duplicates: 4,
       conflicts: 2,
@@ -86,8 +88,18 @@ describe('receiver stats', () => {
         },
       ],
       effects: { running: 0, done: 1, failed: 0 },
+      ledger: {
+        entries: 1,
+        bytes: expect.any(Number),
+        bytesPerEntry: expect.any(Number),
+        oldestFinishedAt: new Date(now - 48 * HOUR + 10).toISOString(),
+        oldestFinishedAgeDays: 2,
+      },
       catchUp: [],
     });
+    // Two pages at least (the table and its key index).
+    expect(s.ledger.bytes).toBeGreaterThanOrEqual(8192);
+    expect(s.ledger.bytesPerEntry).toBe(s.ledger.bytes);
   });
 
   it('human output names stuck claims, dead events and the horizons', async () => {
@@ -96,8 +108,35 @@ describe('receiver stats', () => {
     expect(r.stdout).toContain('events: 6 (pending 1, processing 2, done 2, dead 1)');
     expect(r.stdout).toContain('stuck claims: 1 processing event(s) past their lease');
     expect(r.stdout).toContain('dead: 1 event(s)');
-    expect(r.stdout).toMatch(/stripe: 10(\.\d)? h old \(3 event\(s\)\), horizon 72 h, younger than the horizon/);
+    // A young database says so, and does not suggest anything was purged.
+    expect(r.stdout).toMatch(
+      /stripe: 10(\.\d)? h old \(3 event\(s\)\), horizon 72 h; the database itself is younger than the horizon \(its first event arrived 20(\.\d)? h ago\), so no key is missing\n/,
+    );
+    expect(r.stdout).not.toContain('purge');
+    expect(r.stdout).toMatch(/\nledger: 1 effect key\(s\), \d+\.\d KiB, oldest finished \d{4}-\d\d-\d\dT[\d:.]+Z \(2 days ago\)\n/);
     expect(r.stdout).toMatch(/github: 20(\.\d)? h old \(2 event\(s\)\), horizon 8 h, covered/);
+  });
+
+  it('once the first event is gone, a source younger than its horizon is told apart from a young database', async () => {
+    const other = tempDir();
+    try {
+      const odb = seedDb(join(other.dir, 'receiver.db'));
+      const first = insertEvent(odb, { deliveryId: 'first', status: 'done', receivedAt: now - 90 * HOUR });
+      insertEvent(odb, { deliveryId: 'late', status: 'done', receivedAt: now - 10 * HOUR });
+      odb.prepare('DELETE FROM events WHERE id = ?').run(first);
+      odb.close();
+      const db2 = ['--db', join(other.dir, 'receiver.db')];
+      const json = JSON.parse((await runInProcess(['stats', '-c', config, ...db2, '--json'])).stdout);
+      expect(json.firstEventAt).toBeNull();
+      expect(json.ledger).toEqual({ entries: 0, bytes: expect.any(Number), bytesPerEntry: null, oldestFinishedAt: null, oldestFinishedAgeDays: null });
+      const text = (await runInProcess(['stats', '-c', config, ...db2])).stdout;
+      expect(text).toMatch(
+        /stripe: 10(\.\d)? h old \(1 event\(s\)\), horizon 72 h, younger than the horizon: no older event of this source is stored \(a new or quiet source, or events purged with --force\)/,
+      );
+      expect(text).toMatch(/\nledger: 0 effect key\(s\), \d+\.\d KiB\n/);
+    } finally {
+      other.cleanup();
+    }
   });
 
   it('reads the time from its clock: key ages and "at" follow it, nothing else does', async () => {

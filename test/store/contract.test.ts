@@ -835,6 +835,66 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await store.ingest(event('old-1'))).outcome).toBe('accepted');
     });
 
+    it('purges finished ledger rows older than the cutoff that no stored event refers to, in key order and batches; keeps the rest', async () => {
+      const ledgerRow = (key: string, status: string, eventId: number | null, finishedAt: number | null) =>
+        o.exec(
+          `INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, started_at, finished_at)
+           VALUES ('${key}', 'r', '${key.slice(2)}', '${status}', ${eventId ?? 'NULL'}, 1, ${finishedAt ?? 'NULL'}, ${finishedAt ?? 'NULL'})`,
+        );
+      const kept = await seeded('kept', 'done', 40);
+      const dead = await seeded('dead', 'dead', 50);
+      // The event that last ran it is still stored.
+      await ledgerRow('r:by-event', 'done', kept, T0 - 60 * DAY);
+      // Its last run's event is gone, but a stored (dead) event decided about the key.
+      await ledgerRow('r:by-attempt', 'done', 9_999, T0 - 60 * DAY);
+      await o.exec(
+        `INSERT INTO attempts (event_id, attempt, route, effect_key, started_at, finished_at, outcome) VALUES (${dead}, 1, 'r', 'r:by-attempt', ${T0}, ${T0}, 'skipped')`,
+      );
+      // Running: a run in progress, or one that crashed and must repeat (finished_at is its previous run's).
+      await ledgerRow('r:running', 'running', 9_998, T0 - 60 * DAY);
+      await ledgerRow('r:young', 'done', null, T0 - 10 * DAY);
+      await ledgerRow('r:unfinished', 'done', null, null);
+      // No stored event refers to these two.
+      await ledgerRow('r:gone', 'done', 9_997, T0 - 60 * DAY);
+      await ledgerRow('r:gone-failed', 'failed', null, T0 - 45 * DAY);
+
+      const cutoff = T0 - 30 * DAY;
+      expect((await store.stats(T0)).ledger).toEqual({ bytes: expect.any(Number), oldestFinishedAt: T0 - 60 * DAY });
+      expect(await store.countLedgerPurgeable(cutoff)).toBe(2);
+      // Key order: r:by-attempt, r:by-event, r:gone (the first purgeable: one delete's worth), ...
+      expect(await store.purgeLedgerBatch(cutoff, '', 1)).toEqual({ examined: 3, picked: 1, removed: 1, lastKey: 'r:gone' });
+      expect(await store.purgeLedgerBatch(cutoff, 'r:gone', 1)).toEqual({ examined: 1, picked: 1, removed: 1, lastKey: 'r:gone-failed' });
+      expect(await store.purgeLedgerBatch(cutoff, 'r:gone-failed', 1)).toEqual({ examined: 3, picked: 0, removed: 0, lastKey: null });
+      const keys = async () => (await o.rows<{ effect_key: string }>('SELECT effect_key FROM effects ORDER BY effect_key')).map((r) => r.effect_key);
+      expect(await keys()).toEqual(['r:by-attempt', 'r:by-event', 'r:running', 'r:unfinished', 'r:young']);
+
+      // Once its event is purged, nothing refers to the key any more: the next ledger purge takes it.
+      expect((await store.purgeBatch(cutoff, 10)).events).toBe(1);
+      expect(await store.purgeLedgerBatch(cutoff, '', 10)).toEqual({ examined: 5, picked: 1, removed: 1, lastKey: null });
+      expect(await keys()).toEqual(['r:by-attempt', 'r:running', 'r:unfinished', 'r:young']);
+
+      // The cost: an event that brings a purged key again runs its effect again.
+      const again = await claimed('kept-again');
+      expect(await store.beginEffect(again.lease, again.attempt, start('r', 'by-event'), T0, LEASE)).toMatchObject({ action: 'run' });
+      // A key still in the ledger stays skipped.
+      const other = await claimed('other', 'drain-b');
+      await o.exec(`UPDATE effects SET status = 'done' WHERE effect_key = 'r:young'`);
+      expect(await store.beginEffect(other.lease, other.attempt, start('r', 'young'), T0, LEASE)).toMatchObject({ action: 'skipped' });
+    });
+
+    it('a ledger purge batch reads at most ten keys per key it may delete, and the next goes on from there', async () => {
+      const values = Array.from({ length: 12 }, (_, i) => `('y:${String(i).padStart(2, '0')}', 'y', '${i}', 'done', NULL, 1, ${T0}, ${T0})`);
+      await o.exec(`INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, started_at, finished_at) VALUES ${values.join(', ')}`);
+      await o.exec(
+        `INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, started_at, finished_at) VALUES ('z:old', 'z', 'old', 'done', NULL, 1, 0, 0)`,
+      );
+      const cutoff = T0 - 30 * DAY;
+      expect(await store.purgeLedgerBatch(cutoff, '', 1)).toEqual({ examined: 10, picked: 0, removed: 0, lastKey: 'y:09' });
+      expect(await store.purgeLedgerBatch(cutoff, 'y:09', 1)).toEqual({ examined: 3, picked: 1, removed: 1, lastKey: 'z:old' });
+      expect(await store.purgeLedgerBatch(cutoff, 'z:old', 1)).toEqual({ examined: 0, picked: 0, removed: 0, lastKey: null });
+      expect((await store.stats(T0)).effectsByStatus.done).toBe(12);
+    });
+
     it('drops bodies and headers of old finished events in batches; dedupe still answers from the stored row', async () => {
       const a = await seeded('a', 'done', 40);
       await seeded('b', 'done', 41);
@@ -900,7 +960,11 @@ describe.each(backends)('$name store contract', (backend) => {
         stuckClaims: 1,
         oldestStuckLeaseExpiresAt: T0 - 5,
         effectsByStatus: { running: 0, done: 0, failed: 0 },
+        ledger: { bytes: expect.any(Number), oldestFinishedAt: null },
+        // Event 1 ('a') is still stored: nothing older was ever purged.
+        firstEventReceivedAt: T0 - 3 * DAY,
       });
+      expect(s.ledger.bytes).toBeGreaterThan(0);
       if (store.queueStats !== undefined) {
         expect(await store.queueStats()).toEqual({ pending: 1, processing: 1, dead: 1, oldestPendingReceivedAt: T0 - DAY });
       }

@@ -265,6 +265,8 @@ describe('SQLite OpsStore', () => {
         stuckClaims: 1,
         oldestStuckLeaseExpiresAt: NOW - 60_000,
         effectsByStatus: { running: 0, done: 0, failed: 1 },
+        ledger: { bytes: expect.any(Number), oldestFinishedAt: NOW + 10 },
+        firstEventReceivedAt: NOW - 100 * 3_600_000,
       });
     });
   });

@@ -91,4 +91,18 @@ describe.runIf(pgOk)('CLI on PostgreSQL', () => {
       { delivery_id: 'pending', status: 'pending' },
     ]);
   });
+
+  it('purge --ledger-days forgets an old ledger entry no stored event refers to; stats shows the ledger', async () => {
+    const old = Date.now() - 60 * DAY;
+    await db.query(
+      `INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, started_at, finished_at)
+       VALUES ('licence:gone', 'licence', 'gone', 'done', 99999, 1, $1, $1), ('licence:kept', 'licence', 'kept', 'done', $2, 1, $1, $1)`,
+      [old, ids['young-done']],
+    );
+    const stats = (await cli('stats', '--json')) as { ledger: { entries: number; bytes: number; oldestFinishedAt: string } };
+    expect(stats.ledger).toMatchObject({ entries: 2, oldestFinishedAt: new Date(old).toISOString() });
+    expect(stats.ledger.bytes).toBeGreaterThan(0);
+    expect(await cli('purge', '--ledger-days', '30', '--json')).toMatchObject({ ledgerPurged: 1 });
+    expect(await db.query('SELECT effect_key FROM effects')).toEqual([{ effect_key: 'licence:kept' }]);
+  });
 });

@@ -24,6 +24,9 @@ export const dialect: Dialect = {
   indexedBy: () => '',
   // Several receivers write at once: rows read and then changed stay ours until COMMIT.
   lockRows: ' FOR NO KEY UPDATE',
+  skipLocked: ' FOR UPDATE SKIP LOCKED',
+  // The table, its indexes and its TOAST data.
+  tableBytes: (table) => `SELECT pg_total_relation_size('${table}') AS bytes`,
   unindexed: (column) => column,
   idList: (p) => `SELECT unnest(${p}::bigint[])`,
   textList: (p) => `SELECT unnest(${p}::text[])`,

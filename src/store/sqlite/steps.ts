@@ -8,6 +8,11 @@ export const dialect: Dialect = {
   indexedBy: (index) => ` INDEXED BY ${index}`,
   // BEGIN IMMEDIATE holds the one write lock: the rows read cannot change under us.
   lockRows: '',
+  skipLocked: '',
+  // Every page of the table's b-trees (the table and its indexes), summed by dbstat
+  // (better-sqlite3 is built with it). Aggregate mode: one row per b-tree.
+  tableBytes: (table) =>
+    `SELECT coalesce(sum(pgsize), 0) AS bytes FROM dbstat('main', 1) WHERE name IN (SELECT name FROM sqlite_schema WHERE tbl_name = '${table}')`,
   unindexed: (column) => `+${column}`,
   idList: (p) => `SELECT value FROM json_each(${p})`,
   textList: (p) => `SELECT value FROM json_each(${p})`,

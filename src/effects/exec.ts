@@ -7,6 +7,8 @@ export interface ExecRequest {
   event: EffectEvent;
   businessKey: string;
   effectKey: string;
+  /** What this run is (the effect key, or `<effect key>#forced-<n>`); default the effect key. */
+  runKey?: string | undefined;
   attempt: number;
   /** The environment the command starts from (see effectEnvironment). */
   baseEnv: NodeJS.ProcessEnv;
@@ -21,12 +23,13 @@ export interface ExecRequest {
  * API tokens) in the service's environment, so the parent's environment is passed on,
  * minus what belongs to the receiver itself: every variable whose value is one of the
  * receiver's resolved secrets (webhook signing secrets, the metrics token, catch-up's API
- * credentials), and every
+ * credentials, http effects' signing secrets and the header values they name by env:/file:),
+ * and every
  * `RECEIVER_*` variable (RECEIVER_DB may be a postgres:// URL with a password). The
  * documented RECEIVER_* event variables are then set per run.
  */
 export function effectEnvironment(
-  config: Pick<Config, 'sources' | 'metrics'> & Partial<Pick<Config, 'catchUp'>>,
+  config: Pick<Config, 'sources' | 'metrics'> & Partial<Pick<Config, 'catchUp' | 'routes' | 'httpSecrets'>>,
   parent: NodeJS.ProcessEnv = process.env,
 ): NodeJS.ProcessEnv {
   const secrets = new Set<string>();
@@ -36,6 +39,14 @@ export function effectEnvironment(
   }
   if (config.metrics.token !== undefined) secrets.add(config.metrics.token.reveal());
   for (const c of config.catchUp?.values() ?? []) if (c.credential !== undefined) secrets.add(c.credential.reveal());
+  for (const route of config.routes ?? []) {
+    const http = config.httpSecrets?.get(route.name);
+    if (http === undefined) continue;
+    if (http.sign !== undefined) secrets.add(http.sign.reveal());
+    // Only values named by reference: a literal such as "1" is no secret, and would drop every variable set to it.
+    for (const [name, ref] of Object.entries(route.effect.http?.headers ?? {}))
+      if (/^(env|file):/.test(ref) && http.headers[name] !== undefined) secrets.add(http.headers[name].reveal());
+  }
   const env: NodeJS.ProcessEnv = {};
   for (const [name, value] of Object.entries(parent)) {
     if (value === undefined || name.startsWith('RECEIVER_') || secrets.has(value)) continue;
@@ -62,6 +73,7 @@ export function runExec(req: ExecRequest): Promise<EffectResult> {
     RECEIVER_EVENT_TYPE: req.event.eventType,
     RECEIVER_KEY: req.businessKey,
     RECEIVER_EFFECT_KEY: req.effectKey,
+    RECEIVER_RUN_KEY: req.runKey ?? req.effectKey,
     RECEIVER_ATTEMPT: String(req.attempt),
   };
   return new Promise((resolve) => {

@@ -130,6 +130,14 @@ CREATE TABLE catch_up (
 );
 `,
   },
+  {
+    version: 4,
+    name: 'run keys',
+    // As SQLite's version 4: the key each effect run was sent with.
+    sql: `
+ALTER TABLE attempts ADD COLUMN run_key text;
+`,
+  },
 ];
 
 export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

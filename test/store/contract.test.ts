@@ -587,6 +587,34 @@ describe.each(backends)('$name store contract', (backend) => {
         expect(seen).toEqual([`${backend.name} licence:k`, `${backend.name} licence:k#forced-1`, `${backend.name} licence:k#forced-3`]);
         expect(await runKeys(e1.id)).toEqual(['licence:k', 'licence:k#forced-1', 'licence:k#forced-1', 'licence:k#forced-3']);
       });
+
+      it("the README's module example (placeholders by ctx.db.dialect, an upsert both accept) runs here, and its repeat changes nothing", async () => {
+        // As in the README's module effect section.
+        const readme = async (event: { json: { data: { object: { customer_email: string } } } }, ctx: { db: EffectDb; key: string }) => {
+          const p = (n: number) => (ctx.db.dialect === 'postgres' ? `$${n}` : '?');
+          await ctx.db.run('CREATE TABLE IF NOT EXISTS licences (order_id TEXT PRIMARY KEY, email TEXT NOT NULL)');
+          await ctx.db.run(`INSERT INTO licences (order_id, email) VALUES (${p(1)}, ${p(2)}) ON CONFLICT (order_id) DO NOTHING`, [
+            ctx.key,
+            event.json.data.object.customer_email,
+          ]);
+        };
+        const e1 = await claimed('a');
+        for (const [email, force] of [
+          ['a@example.com', false],
+          ['b@example.com', true],
+        ] as const) {
+          const out = await store.runTransactionalEffect(
+            e1.lease,
+            1,
+            start('licence', 'o1', { force }),
+            (db) => readme({ json: { data: { object: { customer_email: email } } } }, { db, key: 'o1' }),
+            () => T0,
+            LEASE,
+          );
+          expect(out).toMatchObject({ action: 'ok' });
+        }
+        expect(await o.rows('SELECT order_id, email FROM licences')).toEqual([{ order_id: 'o1', email: 'a@example.com' }]);
+      });
     });
 
     it('beginEffect after the lease was lost records nothing', async () => {

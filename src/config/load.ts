@@ -167,7 +167,7 @@ function httpEffectSecrets(
       sign = resolveSecret(http.sign, `${field}.sign`, env);
       const problem = signingKeyProblem(sign);
       if (problem !== undefined)
-        problems.push(`${field}.sign: ${problem} (try: generate one with  echo "whsec_$(openssl rand -base64 32)"  and give the app the same secret)`);
+        problems.push(`${field}.sign: ${problem} (try: echo "whsec_$(openssl rand -base64 32)" makes one; give the app the same secret)`);
     } catch (e) {
       if (!(e instanceof ReceiverError)) throw e;
       problems.push(e.message + (e.hint === undefined ? '' : ` (try: ${e.hint})`));

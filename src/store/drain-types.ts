@@ -75,7 +75,7 @@ export interface LedgerRow {
 export type EffectDecision =
   /**
    * Recorded as running; act now. `wasDone` is set for a forced re-run of a done key.
-   * `runKey` is what the run is sent with (see runKeyOf in drain-steps.ts).
+   * `runKey` is what the run is sent with (see planRun in drain-steps.ts).
    */
   | { action: 'run'; attemptId: number; runs: number; wasDone: boolean; runKey: string }
   /** The key is already done (and the version, if any, is not newer). */
@@ -129,7 +129,7 @@ export interface EffectDb {
 
 /** What the store decided about a run it is about to make, for the handler. */
 export interface EffectRun {
-  /** The effect key for an ordinary run, `<effect key>#forced-<n>` for a forced one (see runKeyOf). */
+  /** The effect key for an ordinary run, `<effect key>#forced-<n>` for a forced one (see planRun in drain-steps.ts). */
   runKey: string;
 }
 

@@ -1,6 +1,9 @@
 import Database from 'better-sqlite3';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
+import { createServer, type IncomingHttpHeaders } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Webhook } from 'standardwebhooks';
 import { afterAll, describe, expect, it } from 'vitest';
 import { providers } from '../src/providers/registry.js';
 import { makeConfig, runCli, startServe, tempDir, writeConfig, type CliResult } from './helpers.js';
@@ -24,6 +27,9 @@ const SECRETS = {
   gitlab: unique('gitlab-token'),
   asaas: unique('asaas-token'),
   metrics: unique('metrics-token'),
+  // An http effect's credential header (env:) and its signing secret.
+  appToken: unique('app-token'),
+  forward: `whsec_${randomBytes(32).toString('base64')}`,
 };
 
 const env = {
@@ -33,6 +39,8 @@ const env = {
   LEAK_GITLAB: SECRETS.gitlab,
   LEAK_ASAAS: SECRETS.asaas,
   LEAK_METRICS_TOKEN: SECRETS.metrics,
+  LEAK_APP_TOKEN: SECRETS.appToken,
+  LEAK_FORWARD_SECRET: SECRETS.forward,
 };
 
 describe('no secret is ever written: stdout, stderr and the database of a full session', () => {
@@ -60,9 +68,28 @@ describe('no secret is ever written: stdout, stderr and the database of a full s
     // Token-style senders, where the header *is* the secret (once their providers exist).
     if (providers.has('gitlab')) sources.gitlab = { provider: 'gitlab', secret: 'env:LEAK_GITLAB' };
     if (providers.has('asaas')) sources.asaas = { provider: 'asaas', secret: 'env:LEAK_ASAAS' };
+    // The app an http effect forwards to: it gets the credential and a signature it can check.
+    const forwarded: { headers: IncomingHttpHeaders; body: string }[] = [];
+    const app = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        forwarded.push({ headers: req.headers, body: Buffer.concat(chunks).toString('utf8') });
+        res.writeHead(204).end();
+      });
+    });
+    await new Promise<void>((r) => app.listen(0, '127.0.0.1', r));
+    const appUrl = `http://127.0.0.1:${(app.address() as AddressInfo).port}/hooks`;
     const json = {
       sources,
       routes: [
+        {
+          name: 'forward',
+          source: 'shop',
+          events: ['*'],
+          key: '{id}',
+          effect: { http: { url: appUrl, headers: { Authorization: 'env:LEAK_APP_TOKEN' }, sign: 'env:LEAK_FORWARD_SECRET' } },
+        },
         { name: 'dump-ok', source: '*', events: ['*'], key: '{source}:{id}', effect: { exec: [...dump.slice(0, 2), `${dump[2]}; exit 0`] } },
         { name: 'dump-fail', source: 'shop', events: ['*'], key: '{id}', effect: { exec: [...dump.slice(0, 2), `${dump[2]}; exit 7`] } },
       ],
@@ -154,6 +181,13 @@ describe('no secret is ever written: stdout, stderr and the database of a full s
       keep('replay --dead', await runCli(['replay', '--dead', '-c', file], { env }));
     } finally {
       expect(await serve.stop()).toBe(0);
+      app.close();
+    }
+    // The app got the resolved credential and forwards it can verify; nothing else saw either.
+    expect(forwarded.length).toBeGreaterThan(0);
+    for (const f of forwarded) {
+      expect(f.headers.authorization).toBe(SECRETS.appToken);
+      expect(() => new Webhook(SECRETS.forward).verify(f.body, f.headers as Record<string, string>)).not.toThrow();
     }
     const { stdout, stderr } = serve.output();
     outputs.push({ what: 'serve stdout', text: stdout }, { what: 'serve stderr', text: stderr });

@@ -71,6 +71,7 @@ export function detailJson(e: EventDetail) {
       attempt: a.attempt,
       route: a.route,
       effectKey: a.effectKey,
+      runKey: a.runKey,
       outcome: a.outcome,
       forced: a.forced,
       startedAt: iso(a.startedAt),
@@ -209,7 +210,8 @@ function describeEvent(e: ReturnType<typeof detailJson>): string {
   if (e.attemptLog.length === 0) out.push('  (none yet)');
   for (const a of e.attemptLog) {
     out.push(
-      `  #${a.attempt} ${a.startedAt} ${p(a.route)} ${p(a.effectKey)} ${a.outcome}${a.forced ? ' (forced)' : ''}${a.error === null ? '' : `: ${oneLine(a.error, 120)}`}`,
+      // The run key only where it is not the effect key itself (a forced run's own key).
+      `  #${a.attempt} ${a.startedAt} ${p(a.route)} ${p(a.effectKey)} ${a.outcome}${a.forced ? ' (forced)' : ''}${a.runKey === null || a.runKey === a.effectKey ? '' : ` [run key ${p(a.runKey)}]`}${a.error === null ? '' : `: ${oneLine(a.error, 120)}`}`,
     );
     // What the effect printed (its tail), for a success as much as for a failure.
     if (a.output !== null && a.output.trim() !== '') {

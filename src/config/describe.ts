@@ -25,12 +25,16 @@ export function describeConfig(config: Config) {
       key: r.key,
       ...(r.version === undefined ? {} : { version: r.version }),
       ...(r.filter === undefined ? {} : { filter: r.filter }),
-      // An http effect's headers may carry a credential: only their names are shown.
+      // An http effect's headers may carry a credential: only their names are shown; its signing secret only as set.
       effect:
         r.effect.exec !== undefined
           ? { exec: r.effect.exec, ...(r.effect.env === undefined ? {} : { env: r.effect.env }) }
           : r.effect.http !== undefined
-            ? { http: redactUrl(r.effect.http.url), ...(r.effect.http.headers === undefined ? {} : { headers: Object.keys(r.effect.http.headers) }) }
+            ? {
+                http: redactUrl(r.effect.http.url),
+                ...(r.effect.http.headers === undefined ? {} : { headers: Object.keys(r.effect.http.headers) }),
+                ...(r.effect.http.sign === undefined ? {} : { sign: true }),
+              }
             : { module: r.effect.module },
       timeoutSeconds: r.effect.timeoutSeconds,
     })),

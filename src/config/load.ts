@@ -4,13 +4,13 @@ import type { z } from 'zod';
 import { configError, ReceiverError } from '../errors.js';
 import { providerNames, providers } from '../providers/registry.js';
 import { PROVIDER_FIELDS, type Provider, type ResolvedSource } from '../providers/types.js';
-import { HEADERS_SET_BY_RECEIVER } from '../effects/http.js';
+import { HEADERS_SET_BY_RECEIVER, SIGNATURE_HEADERS, signingKeyProblem, type HttpSecrets } from '../effects/http.js';
 import { ENV_NAME, isReceiverVariable } from '../effects/exec.js';
 import { checkTemplate } from '../template.js';
 import { configSchema, HEADER_NAME, type RawConfig, type RouteConfig, type SourceConfig } from './schema.js';
 import { isPostgresUrl } from './database.js';
 import { locateJsonError } from './json-position.js';
-import { resolveSecret, type Secret } from './secret.js';
+import { resolveSecret, Secret } from './secret.js';
 import { catchUpSenders } from '../catchup/senders.js';
 import type { CatchUpSettings } from '../catchup/types.js';
 
@@ -27,6 +27,8 @@ export interface Config extends Omit<RawConfig, 'sources' | 'metrics' | 'admin'>
   admin: { token: Secret } | undefined;
   /** Sources with `catchUp` set, by source name. */
   catchUp: ReadonlyMap<string, CatchUpSettings>;
+  /** Each http effect's header values and signing secret, resolved, by route name (none when loaded without secrets). */
+  httpSecrets: ReadonlyMap<string, HttpSecrets>;
 }
 
 /** Values from flags; they win over the environment, which wins over the file. */
@@ -124,25 +126,64 @@ function unusedFields(field: string, options: SourceConfig, provider: Provider):
 /** A header value fetch will send: no line breaks, NUL or characters past U+00FF. */
 const HEADER_VALUE = /^[\t\u0020-\u007e\u0080-\u00ff]*$/;
 
+/** A header value that names a secret (env:NAME, file:PATH) rather than being one. */
+const isSecretRef = (value: string) => value.startsWith('env:') || value.startsWith('file:');
+
 /**
  * An http effect's configured headers, checked now: fetch refuses a bad one on every
  * request, which would retry each event as a network error until it is dead; and a
- * header receiver sets itself would be overwritten without a word.
+ * header receiver sets itself would be overwritten without a word. Values that are secret
+ * references are resolved here (a missing variable or file is this field's error); no
+ * message quotes a value. Without secrets (operator commands), nothing is resolved.
  */
-function httpHeaderProblems(field: string, headers: Readonly<Record<string, string>>): string[] {
-  const problems: string[] = [];
+function httpEffectSecrets(
+  field: string,
+  http: NonNullable<RouteConfig['effect']['http']>,
+  withoutSecrets: boolean,
+  env: NodeJS.ProcessEnv,
+  problems: string[],
+): HttpSecrets | undefined {
+  const found = problems.length;
+  const reserved = [...HEADERS_SET_BY_RECEIVER, ...(http.sign === undefined ? [] : SIGNATURE_HEADERS)];
+  const headers: Record<string, Secret> = {};
   const seen = new Set<string>();
-  for (const [name, value] of Object.entries(headers)) {
+  for (const [name, ref] of Object.entries(http.headers ?? {})) {
+    const f = `${field}.headers.${name}`;
     const lower = name.toLowerCase();
-    if (!HEADER_NAME.test(name)) problems.push(`${field}.${name}: is not a valid HTTP header name (letters, digits and !#$%&'*+.^_\`|~- only)`);
-    else if (HEADERS_SET_BY_RECEIVER.includes(lower))
-      problems.push(`${field}.${name}: receiver sets this header on every request, so this value would be ignored (remove it)`);
-    else if (seen.has(lower)) problems.push(`${field}.${name}: set twice (header names are case-insensitive)`);
-    if (!HEADER_VALUE.test(value))
-      problems.push(`${field}.${name}: the value holds a line break, a control character or a character past U+00FF, which HTTP cannot send`);
+    if (!HEADER_NAME.test(name)) problems.push(`${f}: is not a valid HTTP header name (letters, digits and !#$%&'*+.^_\`|~- only)`);
+    else if (reserved.includes(lower))
+      problems.push(
+        `${f}: receiver sets this header on every request${SIGNATURE_HEADERS.includes(lower) ? ' it signs' : ''}, so this value would be ignored (remove it)`,
+      );
+    else if (seen.has(lower)) problems.push(`${f}: set twice (header names are case-insensitive)`);
     seen.add(lower);
+    if (withoutSecrets && isSecretRef(ref)) continue;
+    let value: Secret;
+    try {
+      value = isSecretRef(ref) ? resolveSecret(ref, f, env) : new Secret(ref);
+    } catch (e) {
+      if (!(e instanceof ReceiverError)) throw e;
+      problems.push(e.message + (e.hint === undefined ? '' : ` (try: ${e.hint})`));
+      continue;
+    }
+    if (!HEADER_VALUE.test(value.reveal()))
+      problems.push(`${f}: the value holds a line break, a control character or a character past U+00FF, which HTTP cannot send`);
+    headers[name] = value;
   }
-  return problems;
+  let sign: Secret | undefined;
+  if (http.sign !== undefined && !withoutSecrets) {
+    try {
+      sign = resolveSecret(http.sign, `${field}.sign`, env);
+      const problem = signingKeyProblem(sign);
+      if (problem !== undefined)
+        problems.push(`${field}.sign: ${problem} (try: echo "whsec_$(openssl rand -base64 32)" makes one; give the app the same secret)`);
+    } catch (e) {
+      if (!(e instanceof ReceiverError)) throw e;
+      problems.push(e.message + (e.hint === undefined ? '' : ` (try: ${e.hint})`));
+    }
+  }
+  if (problems.length > found || withoutSecrets) return undefined;
+  return { headers, sign };
 }
 
 /**
@@ -258,6 +299,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
   }
 
   const names = new Set<string>();
+  const httpSecrets = new Map<string, HttpSecrets>();
   raw.routes.forEach((route, i) => {
     const field = `routes.${i}`;
     if (names.has(route.name))
@@ -269,7 +311,10 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
       const p = t === undefined ? undefined : checkTemplate(t);
       if (p !== undefined) problems.push(`${field}.${f}: ${p}`);
     }
-    problems.push(...httpHeaderProblems(`${field}.effect.http.headers`, route.effect.http?.headers ?? {}));
+    if (route.effect.http !== undefined) {
+      const secrets = httpEffectSecrets(`${field}.effect.http`, route.effect.http, overrides.withoutSecrets === true, env, problems);
+      if (secrets !== undefined) httpSecrets.set(route.name, secrets);
+    }
     if (route.effect.env !== undefined) problems.push(...effectEnvProblems(`${field}.effect`, route.effect, overrides.withoutSecrets !== true, env));
   });
 
@@ -311,6 +356,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     metrics: { enabled: raw.metrics.enabled, token },
     admin,
     catchUp,
+    httpSecrets,
   };
 }
 

@@ -63,7 +63,10 @@ const effectSchema = z
     http: z
       .strictObject({
         url: httpUrl(),
+        /** Values are literals, or secret references (env:NAME, file:PATH) resolved at load. */
         headers: z.record(z.string(), z.string()).optional(),
+        /** Sign each forward (Standard Webhooks) with this `whsec_<base64>` secret: a literal, env:NAME or file:PATH. */
+        sign: secretRef.optional(),
       })
       .optional(),
     module: z.string().min(1).optional(),

@@ -242,11 +242,11 @@ async function runRoute(
         event.lease,
         event.attempt,
         start,
-        (db) =>
+        (db, run) =>
           callHandler(
             handler,
             moduleEvent,
-            { event: moduleEvent, route: route.name, key: plan.businessKey, effectKey: plan.effectKey, attempt: event.attempt, db },
+            { event: moduleEvent, route: route.name, key: plan.businessKey, effectKey: plan.effectKey, runKey: run.runKey, attempt: event.attempt, db },
             timeoutMs,
             signal,
           ),
@@ -274,7 +274,7 @@ async function runRoute(
   }
   // Whatever goes wrong in starting or running the effect is this attempt's failure, recorded
   // below like any other: an exception must never leave the ledger row and attempt running.
-  const result = await runExternal(ctx, event, plan, timeoutMs, signal).catch((e: unknown): EffectResult => ({
+  const result = await runExternal(ctx, event, plan, d.runKey, timeoutMs, signal).catch((e: unknown): EffectResult => ({
     ok: false,
     retryable: true,
     error: `effect failed: ${e instanceof Error ? e.message : String(e)}`,
@@ -305,7 +305,14 @@ async function runRoute(
   return { lost: false, failure: { route: route.name, error: result.error, retryable: result.retryable, retryAfterMs: result.retryAfterMs } };
 }
 
-async function runExternal(ctx: ProcessContext, event: ClaimedEvent, plan: PlannedEffect, timeoutMs: number, signal: AbortSignal): Promise<EffectResult> {
+async function runExternal(
+  ctx: ProcessContext,
+  event: ClaimedEvent,
+  plan: PlannedEffect,
+  runKey: string,
+  timeoutMs: number,
+  signal: AbortSignal,
+): Promise<EffectResult> {
   const effect = plan.route.effect;
   if (effect.exec !== undefined) {
     return runExec({
@@ -313,6 +320,7 @@ async function runExternal(ctx: ProcessContext, event: ClaimedEvent, plan: Plann
       event: eventView(event),
       businessKey: plan.businessKey,
       effectKey: plan.effectKey,
+      runKey,
       attempt: event.attempt,
       baseEnv: ctx.execEnv,
       passEnv: effect.env,
@@ -321,11 +329,16 @@ async function runExternal(ctx: ProcessContext, event: ClaimedEvent, plan: Plann
     });
   }
   if (effect.http !== undefined) {
+    const secrets = ctx.config.httpSecrets.get(plan.route.name);
+    // Resolved at load; a configuration loaded without secrets (operator commands) runs no effects.
+    if (secrets === undefined) return { ok: false, retryable: true, error: `the http effect's secrets were not loaded` };
     return runHttp({
       url: effect.http.url,
-      headers: effect.http.headers,
+      headers: Object.fromEntries(Object.entries(secrets.headers).map(([name, value]) => [name, value.reveal()])),
+      signWith: secrets.sign,
       event: eventView(event),
       effectKey: plan.effectKey,
+      runKey,
       attempt: event.attempt,
       timeoutMs,
       now: ctx.now(),

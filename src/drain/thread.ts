@@ -1,6 +1,7 @@
 import { Worker } from 'node:worker_threads';
 import type { Config } from '../config/load.js';
 import { effectEnvironment } from '../effects/exec.js';
+import { revealHttpSecrets } from '../effects/http.js';
 import { ReceiverError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { Drain, DrainOptions } from './loop.js';
@@ -25,12 +26,14 @@ export function useDrainWorkerSource(source: string): void {
  * is. The sources (providers and their secrets), the metrics and admin tokens and the
  * catch-up settings (API credentials, sender clients) stay in the main thread; the drain
  * reads none of them, and exec effects draw on the variables the main thread picked
- * (execEnv: the minimal ones and those listed in `effect.env`).
+ * (execEnv: the minimal ones and those listed in `effect.env`). The http effects' secrets,
+ * which it does send, cross apart as plain text (httpSecrets in DrainWorkerInit) and are
+ * wrapped again there.
  */
-export type DrainConfig = Omit<Config, 'sources' | 'metrics' | 'admin' | 'catchUp'>;
+export type DrainConfig = Omit<Config, 'sources' | 'metrics' | 'admin' | 'catchUp' | 'httpSecrets'>;
 
 export function drainConfig(config: Config): DrainConfig {
-  const { sources: _sources, metrics: _metrics, admin: _admin, catchUp: _catchUp, ...rest } = config;
+  const { sources: _sources, metrics: _metrics, admin: _admin, catchUp: _catchUp, httpSecrets: _httpSecrets, ...rest } = config;
   return rest;
 }
 
@@ -60,7 +63,13 @@ export interface DrainThreadOptions {
 export function startDrainThread(o: DrainThreadOptions): Promise<Drain> {
   const signals = new SharedArrayBuffer(8);
   const counts = new Int32Array(signals);
-  const init: DrainWorkerInit = { config: drainConfig(o.config), execEnv: effectEnvironment(o.config), signals, ingestWaiting: o.ingestWaiting };
+  const init: DrainWorkerInit = {
+    config: drainConfig(o.config),
+    httpSecrets: revealHttpSecrets(o.config.httpSecrets),
+    execEnv: effectEnvironment(o.config),
+    signals,
+    ingestWaiting: o.ingestWaiting,
+  };
   const worker = new Worker(WORKER_URL, { workerData: init });
   let started = false;
   let stopped: (() => void) | undefined;

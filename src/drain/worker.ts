@@ -7,6 +7,7 @@
 import { readlinkSync } from 'node:fs';
 import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
+import { wrapHttpSecrets, type PlainHttpSecrets } from '../effects/http.js';
 import { logModuleRejection } from '../effects/module.js';
 import { createLogger } from '../log.js';
 import { openStore } from '../store/open.js';
@@ -15,6 +16,8 @@ import type { DrainConfig } from './thread.js';
 
 export interface DrainWorkerInit {
   config: DrainConfig;
+  /** The http effects' header values and signing secrets (see DrainConfig). */
+  httpSecrets: PlainHttpSecrets;
   /** The environment exec effects start from: the main thread's, minus the receiver's secrets. */
   execEnv: NodeJS.ProcessEnv;
   /** [0]: deliveries accepted (main thread adds); [1]: 1 while the drain sleeps, 2 once a wake was posted. */
@@ -58,7 +61,14 @@ if (parentPort !== null) {
   const init = workerData as DrainWorkerInit;
   const signals = new Int32Array(init.signals);
   // The drain reads no source, no metrics or admin token and no catch-up setting (see DrainConfig).
-  const config = { ...init.config, sources: new Map(), metrics: { enabled: false, token: undefined }, admin: undefined, catchUp: new Map() };
+  const config = {
+    ...init.config,
+    sources: new Map(),
+    metrics: { enabled: false, token: undefined },
+    admin: undefined,
+    catchUp: new Map(),
+    httpSecrets: wrapHttpSecrets(init.httpSecrets),
+  };
   const logger = createLogger(config.log.level);
   // The attempt and event lines list their fields by hand: no redaction pass (see ProcessContext).
   const lineLogger = createLogger(config.log.level, 2, { redact: false });

@@ -7,6 +7,8 @@ export interface ExecRequest {
   event: EffectEvent;
   businessKey: string;
   effectKey: string;
+  /** What this run is (the effect key, or `<effect key>#forced-<n>`); default the effect key. */
+  runKey?: string | undefined;
   attempt: number;
   /** The variables exec effects may draw on (see effectEnvironment); the command gets only some of them. */
   baseEnv: NodeJS.ProcessEnv;
@@ -74,6 +76,7 @@ export function runExec(req: ExecRequest): Promise<EffectResult> {
     RECEIVER_EVENT_TYPE: req.event.eventType,
     RECEIVER_KEY: req.businessKey,
     RECEIVER_EFFECT_KEY: req.effectKey,
+    RECEIVER_RUN_KEY: req.runKey ?? req.effectKey,
     RECEIVER_ATTEMPT: String(req.attempt),
   };
   return new Promise((resolve) => {

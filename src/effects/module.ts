@@ -17,6 +17,11 @@ export interface ModuleContext {
   /** The business key. */
   key: string;
   effectKey: string;
+  /**
+   * What this run is: the effect key for an ordinary run (the same on every retry), or
+   * `<effect key>#forced-<n>` for a forced replay's run. Pass it on as an idempotency key.
+   */
+  runKey: string;
   attempt: number;
   /**
    * Writes here commit in the same transaction that marks the effect done, and roll back

@@ -1,4 +1,4 @@
-import type { AttemptRecord, EffectDb, EffectDecision, EffectFinish, EffectStart, Lease, LedgerRow, TransactionalOutcome } from './drain-types.js';
+import type { AttemptRecord, EffectDb, EffectDecision, EffectFinish, EffectRun, EffectStart, Lease, LedgerRow, TransactionalOutcome } from './drain-types.js';
 import { decideEffect, newerVersion } from './ledger.js';
 import type { AttemptRow } from './ops-types.js';
 import { toLedger, type LedgerDbRow } from './rows.js';
@@ -31,15 +31,19 @@ const statements = memo((d: Dialect) => {
     // A running row belongs to someone else only while another event's claim on it is live;
     // otherwise it is a run that crashed or outlived its lease, and may be repeated.
     ledger: text(
-      (p) => `SELECT f.status, f.event_id, f.version, f.runs,
+      (p) => `SELECT f.status, f.event_id, f.version, f.runs, f.forced_runs,
         CASE WHEN f.status = 'running' AND f.event_id IS NOT NULL AND f.event_id <> ${p()} AND EXISTS (
           SELECT 1 FROM events v WHERE v.id = f.event_id AND v.status = 'processing' AND v.lease_expires_at > ${p()})
         THEN 1 ELSE 0 END AS held_elsewhere
         FROM effects f WHERE f.effect_key = ${p()}`,
     ),
     insertAttempt: text(
-      (p) => `INSERT INTO attempts (event_id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced)
-        VALUES (${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}) RETURNING id`,
+      (p) => `INSERT INTO attempts (event_id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced, run_key)
+        VALUES (${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}) RETURNING id`,
+    ),
+    // This event's latest run of the key (attempts that ran nothing have no run key).
+    lastRun: text(
+      (p) => `SELECT run_key, outcome FROM attempts WHERE event_id = ${p()} AND effect_key = ${p()} AND run_key IS NOT NULL ORDER BY id DESC LIMIT 1`,
     ),
     // Before an external effect acts, this row says it is running: a crash from here on
     // leaves it visible, and the next run counts as a repeat (runs + 1).
@@ -70,12 +74,14 @@ const statements = memo((d: Dialect) => {
           finished_at = excluded.finished_at, last_error = NULL, forced_runs = effects.forced_runs + excluded.forced_runs`,
     ),
     // A done key stays done; a running row is another run's (an external effect's), left to it.
+    // A failed forced run counts as one, as an external effect's does: the next forced run's
+    // number (its run key) must differ from this one's.
     markFailedTx: text(
-      (p) => `INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, started_at, finished_at, last_error)
-        VALUES (${p()}, ${p()}, ${p()}, 'failed', ${p()}, 0, ${p()}, ${p()}, ${p()})
+      (p) => `INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, started_at, finished_at, last_error, forced_runs)
+        VALUES (${p()}, ${p()}, ${p()}, 'failed', ${p()}, 0, ${p()}, ${p()}, ${p()}, ${p()})
         ON CONFLICT (effect_key) DO UPDATE SET
           status = CASE WHEN effects.status = 'done' THEN 'done' ELSE 'failed' END,
-          finished_at = excluded.finished_at, last_error = excluded.last_error
+          finished_at = excluded.finished_at, last_error = excluded.last_error, forced_runs = effects.forced_runs + excluded.forced_runs
         WHERE effects.status <> 'running'`,
     ),
     // Each outcome applies only while the caller still holds the lease: a drain whose claim
@@ -118,8 +124,9 @@ export function* lockEffectKey(d: Dialect, start: EffectStart, waitMs: number): 
   if (d.lockEffectKey !== undefined) yield d.lockEffectKey(start.effectKey, waitMs);
 }
 
-/** An attempt row to insert: the row without its id, for one event; error, output and forced default to none. */
-type NewAttempt = Omit<AttemptRow, 'id' | 'error' | 'output' | 'forced'> & Partial<Pick<AttemptRow, 'error' | 'output' | 'forced'>> & { eventId: number };
+/** An attempt row to insert: the row without its id, for one event; error, output, forced and run key default to none. */
+type NewAttempt = Omit<AttemptRow, 'id' | 'error' | 'output' | 'forced' | 'runKey'> &
+  Partial<Pick<AttemptRow, 'error' | 'output' | 'forced' | 'runKey'>> & { eventId: number };
 
 function* insertAttempt(d: Dialect, a: NewAttempt): Steps<number> {
   const params = [
@@ -133,6 +140,7 @@ function* insertAttempt(d: Dialect, a: NewAttempt): Steps<number> {
     a.error ?? null,
     a.output ?? null,
     a.forced === true ? 1 : 0,
+    a.runKey ?? null,
   ];
   return (yield* first<{ id: number }>(statements(d).insertAttempt, params))!.id;
 }
@@ -160,11 +168,21 @@ function* recordNonRun(d: Dialect, lease: Lease, attempt: number, start: EffectS
   return { action: 'skipped', attemptId };
 }
 
+/** How a run that was decided is made. */
+export interface RunPlan extends EffectRun {
+  /** A forced run (a done key run again by `replay --force`), or a repeat of one that did not end ok. */
+  forced: boolean;
+  /** The key was done before this run: a failure of the run leaves it done (it did happen once). */
+  wasDone: boolean;
+}
+
 /** The key's ledger row and the rule's decision; a decision that runs nothing is recorded here. */
 export interface Decided {
   row: LedgerRow | undefined;
   /** Set when the effect does not run (skipped, stale, busy). */
   nonRun?: NonRun;
+  /** Set when it runs. */
+  run?: RunPlan;
 }
 
 /** Reads the key's ledger row and applies the rule, inside the transaction that records the decision. */
@@ -172,23 +190,42 @@ export function* decide(d: Dialect, lease: Lease, attempt: number, start: Effect
   const found = yield* first<LedgerDbRow>(statements(d).ledger, [lease.eventId, now, start.effectKey]);
   const row = found === undefined ? undefined : toLedger(found);
   const decision = decideEffect(row, start);
-  if (decision === 'run') return { row };
+  if (decision === 'run') return { row, run: yield* planRun(d, lease, start, row) };
   return { row, nonRun: yield* recordNonRun(d, lease, attempt, start, row!, decision, now) };
 }
 
-/** A forced run: the key was done and the event forces its effects. */
-function forcedRun(row: LedgerRow | undefined, start: EffectStart): boolean {
-  return row?.status === 'done' && start.force;
+/** The run key of an effect key's n-th forced run. */
+export const forcedRunKey = (effectKey: string, n: number) => `${effectKey}#forced-${n}`;
+
+/**
+ * The run key: what the app is told identifies this run (Idempotency-Key and webhook-id
+ * are its hash, exec sees RECEIVER_RUN_KEY, a module ctx.runKey), so it drops a repeat of
+ * a run it already did and still does a run it was deliberately asked to do again.
+ * - An ordinary run: the effect key itself, on every retry and after a crash (what
+ *   Idempotency-Key has always been; deployed apps depend on it).
+ * - A forced run (the key is done, the event was replayed with --force):
+ *   `<effect key>#forced-<n>`, n one more than the key's forced runs so far, so it differs
+ *   from the first run's key and from every other forced run's.
+ * - A forced event repeating its own forced run that did not end ok (it failed and is
+ *   retried, or the receiver crashed in it): that run's key again, so the app drops the
+ *   repeat if the first try did reach it.
+ */
+function* planRun(d: Dialect, lease: Lease, start: EffectStart, row: LedgerRow | undefined): Steps<RunPlan> {
+  if (start.force) {
+    const last = yield* first<{ run_key: string; outcome: string }>(statements(d).lastRun, [lease.eventId, start.effectKey]);
+    if (last !== undefined && last.outcome !== 'ok' && last.run_key !== start.effectKey) return { runKey: last.run_key, forced: true, wasDone: true };
+    if (row?.status === 'done') return { runKey: forcedRunKey(start.effectKey, row.forcedRuns + 1), forced: true, wasDone: true };
+  }
+  return { runKey: start.effectKey, forced: false, wasDone: row?.status === 'done' };
 }
 
 /** beginEffect (see drain-types.ts): renew, lock the key, decide, and mark running or record the non-run. */
 export function* beginEffect(d: Dialect, lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number): Steps<EffectDecision> {
   if (!(yield* renewLease(d, lease, now + leaseMs))) return { action: 'lost' };
   yield* lockEffectKey(d, start, leaseMs);
-  const { row, nonRun } = yield* decide(d, lease, attempt, start, now);
+  const { row, nonRun, run } = yield* decide(d, lease, attempt, start, now);
   if (nonRun !== undefined) return nonRun;
-  const wasDone = row?.status === 'done';
-  const forced = forcedRun(row, start);
+  const { runKey, forced, wasDone } = run!;
   yield* changes(statements(d).markRunning, [start.effectKey, start.route, start.businessKey, lease.eventId, start.runToken, now, forced ? 1 : 0]);
   const attemptId = yield* insertAttempt(d, {
     eventId: lease.eventId,
@@ -199,8 +236,9 @@ export function* beginEffect(d: Dialect, lease: Lease, attempt: number, start: E
     finishedAt: null,
     outcome: 'running',
     forced,
+    runKey,
   });
-  return { action: 'run', attemptId, runs: (row?.runs ?? 0) + 1, wasDone };
+  return { action: 'run', attemptId, runs: (row?.runs ?? 0) + 1, wasDone, runKey };
 }
 
 /** finishEffect (see drain-types.ts): the attempt always; the ledger row only while it carries the run's token. */
@@ -221,7 +259,7 @@ export interface ModuleEffect {
   lease: Lease;
   attempt: number;
   start: EffectStart;
-  handler: (db: EffectDb) => Promise<void>;
+  handler: (db: EffectDb, run: EffectRun) => Promise<void>;
   /** Read when the transaction starts and again when it ends. */
   now: () => number;
   leaseMs: number;
@@ -232,13 +270,18 @@ export interface ModuleEffect {
 }
 
 /**
- * Awaits the handler with the transaction's db and closes the db after it, told whether
- * the handler threw (gave up); returns what it threw, if it threw.
+ * Awaits the handler with the transaction's db and the run's key, and closes the db after
+ * it, told whether the handler threw (gave up); returns what it threw, if it threw.
  */
-export async function callHandler(m: ModuleEffect, db: EffectDb, close: (threw: boolean) => void | Promise<void>): Promise<{ error: unknown } | undefined> {
+export async function callHandler(
+  m: ModuleEffect,
+  db: EffectDb,
+  run: EffectRun,
+  close: (threw: boolean) => void | Promise<void>,
+): Promise<{ error: unknown } | undefined> {
   let failure: { error: unknown } | undefined;
   try {
-    await m.handler(db);
+    await m.handler(db, { runKey: run.runKey });
   } catch (e) {
     failure = { error: e };
   } finally {
@@ -253,12 +296,13 @@ export interface ModuleRun {
   attempt: number;
   start: EffectStart;
   row: LedgerRow | undefined;
+  run: RunPlan;
   startedAt: number;
   finishedAt: number;
 }
 
 /** The attempt row of a module run that ended: ok, or failed with its error. */
-function moduleAttempt(m: ModuleRun, outcome: 'ok' | 'failed', forced: boolean, error?: string): NewAttempt {
+function moduleAttempt(m: ModuleRun, outcome: 'ok' | 'failed', error?: string): NewAttempt {
   return {
     eventId: m.lease.eventId,
     attempt: m.attempt,
@@ -267,7 +311,8 @@ function moduleAttempt(m: ModuleRun, outcome: 'ok' | 'failed', forced: boolean, 
     startedAt: m.startedAt,
     finishedAt: m.finishedAt,
     outcome,
-    forced,
+    forced: m.run.forced,
+    runKey: m.run.runKey,
     ...(error === undefined ? {} : { error }),
   };
 }
@@ -279,7 +324,6 @@ function moduleAttempt(m: ModuleRun, outcome: 'ok' | 'failed', forced: boolean, 
  */
 export function* moduleDone(d: Dialect, m: ModuleRun, completeOnOk: boolean, routeDecisions?: string): Steps<Extract<TransactionalOutcome, { action: 'ok' }>> {
   const { lease, start, row } = m;
-  const forced = forcedRun(row, start);
   yield* changes(statements(d).markDoneTx, [
     start.effectKey,
     start.route,
@@ -289,9 +333,9 @@ export function* moduleDone(d: Dialect, m: ModuleRun, completeOnOk: boolean, rou
     start.runToken,
     m.startedAt,
     m.finishedAt,
-    forced ? 1 : 0,
+    m.run.forced ? 1 : 0,
   ]);
-  const attemptId = yield* insertAttempt(d, moduleAttempt(m, 'ok', forced));
+  const attemptId = yield* insertAttempt(d, moduleAttempt(m, 'ok'));
   const completed = completeOnOk && (yield* completeEvent(d, lease, m.finishedAt, routeDecisions));
   return { action: 'ok', attemptId, runs: (row?.runs ?? 0) + 1, completed };
 }
@@ -299,8 +343,17 @@ export function* moduleDone(d: Dialect, m: ModuleRun, completeOnOk: boolean, rou
 /** A module effect's handler threw: recorded in a transaction of its own, after its writes rolled back. */
 export function* moduleFailed(d: Dialect, m: ModuleRun, error: string): Steps<Extract<TransactionalOutcome, { action: 'failed' }>> {
   const { lease, start, row } = m;
-  yield* changes(statements(d).markFailedTx, [start.effectKey, start.route, start.businessKey, lease.eventId, m.startedAt, m.finishedAt, error]);
-  const attemptId = yield* insertAttempt(d, moduleAttempt(m, 'failed', forcedRun(row, start), error));
+  yield* changes(statements(d).markFailedTx, [
+    start.effectKey,
+    start.route,
+    start.businessKey,
+    lease.eventId,
+    m.startedAt,
+    m.finishedAt,
+    error,
+    m.run.forced ? 1 : 0,
+  ]);
+  const attemptId = yield* insertAttempt(d, moduleAttempt(m, 'failed', error));
   return { action: 'failed', attemptId, runs: row?.runs ?? 0, error };
 }
 

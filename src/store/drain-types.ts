@@ -65,14 +65,19 @@ export interface LedgerRow {
   eventId: number | null;
   version: string | null;
   runs: number;
+  /** Forced runs of the key so far; the next forced run is number `forcedRuns + 1`. */
+  forcedRuns: number;
   /** For `running` rows of another event: does that event's claim still hold a live lease? */
   heldElsewhere: boolean;
 }
 
 /** What `beginEffect` / `runTransactionalEffect` decided; every outcome but `lost` is recorded as an attempt. */
 export type EffectDecision =
-  /** Recorded as running; act now. `wasDone` is set for a forced re-run of a done key. */
-  | { action: 'run'; attemptId: number; runs: number; wasDone: boolean }
+  /**
+   * Recorded as running; act now. `wasDone` is set for a forced re-run of a done key.
+   * `runKey` is what the run is sent with (see planRun in drain-steps.ts).
+   */
+  | { action: 'run'; attemptId: number; runs: number; wasDone: boolean; runKey: string }
   /** The key is already done (and the version, if any, is not newer). */
   | { action: 'skipped'; attemptId: number }
   /** The event's version is older than the newest applied for the key. */
@@ -112,11 +117,20 @@ export interface AttemptRecord {
 /**
  * The receiver's database, as a module effect's handler sees it. Its writes belong to the
  * transaction that marks the effect done. SQL is the backend's own dialect (`?`
- * placeholders on SQLite, `$1` on PostgreSQL). Closed once the transaction ends.
+ * placeholders on SQLite, `$1` on PostgreSQL), named by `dialect`. Closed once the
+ * transaction ends.
  */
 export interface EffectDb {
+  /** Which database the SQL runs on, so one module can write SQL for both. */
+  readonly dialect: 'sqlite' | 'postgres';
   query<T = Record<string, unknown>>(sql: string, params?: readonly unknown[]): Promise<T[]>;
   run(sql: string, params?: readonly unknown[]): Promise<{ changes: number }>;
+}
+
+/** What the store decided about a run it is about to make, for the handler. */
+export interface EffectRun {
+  /** The effect key for an ordinary run, `<effect key>#forced-<n>` for a forced one (see planRun in drain-steps.ts). */
+  runKey: string;
 }
 
 /** What a transactional effect's run came to: a decision without a run, or the handler's result. */
@@ -201,7 +215,7 @@ export interface DrainStore {
     lease: Lease,
     attempt: number,
     start: EffectStart,
-    handler: (db: EffectDb) => Promise<void>,
+    handler: (db: EffectDb, run: EffectRun) => Promise<void>,
     now: () => number,
     leaseMs: number,
     options?: { completeOnOk?: boolean; routeDecisions?: string | undefined },

@@ -141,6 +141,8 @@ export interface AttemptRow {
   error: string | null;
   output: string | null;
   forced: boolean;
+  /** The key the run was sent with (effect key, or `<effect key>#forced-<n>`); null when nothing ran. */
+  runKey: string | null;
 }
 
 /** A row of the effect ledger. */

@@ -61,9 +61,10 @@ export interface AttemptDbRow {
   error: string | null;
   output: string | null;
   forced: number;
+  run_key: string | null;
 }
 
-export const ATTEMPT_COLUMNS = `id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced`;
+export const ATTEMPT_COLUMNS = `id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced, run_key`;
 
 export function toAttempt(a: AttemptDbRow): AttemptRow {
   return {
@@ -77,6 +78,7 @@ export function toAttempt(a: AttemptDbRow): AttemptRow {
     error: a.error,
     output: a.output,
     forced: a.forced !== 0,
+    runKey: a.run_key,
   };
 }
 
@@ -199,11 +201,12 @@ export interface LedgerDbRow {
   event_id: number | null;
   version: string | null;
   runs: number;
+  forced_runs: number;
   held_elsewhere: number;
 }
 
 export function toLedger(r: LedgerDbRow): LedgerRow {
-  return { status: r.status, eventId: r.event_id, version: r.version, runs: r.runs, heldElsewhere: r.held_elsewhere === 1 };
+  return { status: r.status, eventId: r.event_id, version: r.version, runs: r.runs, forcedRuns: r.forced_runs, heldElsewhere: r.held_elsewhere === 1 };
 }
 
 /** One hour and outcome of the admin overview's chart (bigint sums may arrive as text). */

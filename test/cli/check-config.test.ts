@@ -16,9 +16,11 @@ const LITERAL = 'literal-secret-1a2b3c';
 const TOKEN = 'metrics-token-8c9d0e';
 const HTTP_AUTH = 'Bearer app-credential-3e4f5a';
 const URL_PASSWORD = 'url-password-6b7c8d';
-const ALL = [ENV_SECRET, OLD_SECRET, FILE_SECRET, LITERAL, TOKEN, HTTP_AUTH, URL_PASSWORD];
+const APP_KEY = 'app-key-from-env-7f8e9d';
+const FORWARD_SECRET = 'whsec_Q2hlY2tDb25maWdGb3J3YXJkU2VjcmV0MjQ=';
+const ALL = [ENV_SECRET, OLD_SECRET, FILE_SECRET, LITERAL, TOKEN, HTTP_AUTH, URL_PASSWORD, APP_KEY, FORWARD_SECRET];
 
-const env = { CC_STRIPE_SECRET: ENV_SECRET, CC_GH_OLD: OLD_SECRET, CC_METRICS_TOKEN: TOKEN };
+const env = { CC_STRIPE_SECRET: ENV_SECRET, CC_GH_OLD: OLD_SECRET, CC_METRICS_TOKEN: TOKEN, CC_APP_KEY: APP_KEY, CC_FORWARD: FORWARD_SECRET };
 
 describe('receiver check-config', () => {
   const tmp = tempDir();
@@ -53,7 +55,13 @@ describe('receiver check-config', () => {
           source: 'shop',
           events: ['*'],
           key: '{body.id}',
-          effect: { http: { url: `http://app:${URL_PASSWORD}@127.0.0.1:3000/hooks`, headers: { authorization: HTTP_AUTH } } },
+          effect: {
+            http: {
+              url: `http://app:${URL_PASSWORD}@127.0.0.1:3000/hooks`,
+              headers: { authorization: HTTP_AUTH, 'x-app-key': 'env:CC_APP_KEY' },
+              sign: 'env:CC_FORWARD',
+            },
+          },
         },
       ],
       metrics: { token: 'env:CC_METRICS_TOKEN' },
@@ -96,8 +104,9 @@ describe('receiver check-config', () => {
       ['shop', 'hmac-sha256', 1],
     ]);
     expect(doc.routes.map((r) => r.name)).toEqual(['issue-licence', 'app']);
-    // The http effect's URL password and header value are hidden; the header's name is shown.
-    expect(doc.routes[1]?.effect).toEqual({ http: 'http://app:***@127.0.0.1:3000/hooks', headers: ['authorization'] });
+    // The http effect's URL password, header values (literal or resolved from env:) and
+    // signing secret are hidden; the headers' names are shown, and that forwards are signed.
+    expect(doc.routes[1]?.effect).toEqual({ http: 'http://app:***@127.0.0.1:3000/hooks', headers: ['authorization', 'x-app-key'], sign: true });
     expect(doc.metrics).toEqual({ enabled: true, token: true });
     expect(doc.listen).toBe('127.0.0.1:8080');
     expectNoSecrets(r.stdout + r.stderr);

@@ -42,6 +42,15 @@ describe('receiver events', () => {
       }),
     ];
     insertAttempt(db, ids[0]!, { attempt: 1, route: 'issue-licence', effectKey: 'issue-licence:cus_9', startedAt: t0 + 1000 });
+    // replay --force: the run has a key of its own.
+    insertAttempt(db, ids[0]!, {
+      attempt: 1,
+      route: 'issue-licence',
+      effectKey: 'issue-licence:cus_9',
+      startedAt: t0 + 2000,
+      forced: true,
+      runKey: 'issue-licence:cus_9#forced-1',
+    });
     insertEffect(db, { effectKey: 'issue-licence:cus_9', eventId: ids[0]!, at: t0 + 1000 });
     insertConflict(db, ids[0]!, t0 + 5000);
     insertConflict(db, ids[0]!, t0 + 6000);
@@ -105,10 +114,23 @@ describe('receiver events', () => {
         attempt: 1,
         route: 'issue-licence',
         effectKey: 'issue-licence:cus_9',
+        runKey: 'issue-licence:cus_9',
         outcome: 'ok',
         forced: false,
         startedAt: new Date(t0 + 1000).toISOString(),
         finishedAt: new Date(t0 + 1010).toISOString(),
+        error: null,
+        output: null,
+      },
+      {
+        attempt: 1,
+        route: 'issue-licence',
+        effectKey: 'issue-licence:cus_9',
+        runKey: 'issue-licence:cus_9#forced-1',
+        outcome: 'ok',
+        forced: true,
+        startedAt: new Date(t0 + 2000).toISOString(),
+        finishedAt: new Date(t0 + 2010).toISOString(),
         error: null,
         output: null,
       },
@@ -143,6 +165,11 @@ describe('receiver events', () => {
     expect(human.code).toBe(0);
     expect(human.stdout).toContain(`event ${ids[0]}: stripe / evt_1 (invoice.paid)`);
     expect(human.stdout).toContain('issue-licence:cus_9: done, 1 run(s)');
+    // The run key shows where it is not the effect key: a forced run's.
+    expect(human.stdout).toContain(`#1 ${new Date(t0 + 1000).toISOString()} issue-licence issue-licence:cus_9 ok\n`);
+    expect(human.stdout).toContain(
+      `#1 ${new Date(t0 + 2000).toISOString()} issue-licence issue-licence:cus_9 ok (forced) [run key issue-licence:cus_9#forced-1]\n`,
+    );
     // The same differing body twice: one conflict, counted.
     expect(human.stdout).toContain(`${new Date(t0 + 5000).toISOString()} sha256 ${'f'.repeat(64)}, 1 repeat(s) since`);
   });

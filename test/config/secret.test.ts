@@ -20,7 +20,11 @@ const blankFile = join(tmp.dir, 'blank.secret');
 writeFileSync(blankFile, '   \n');
 const newlinesFile = join(tmp.dir, 'newlines.secret');
 writeFileSync(newlinesFile, '\n\n');
-const env = { BLANK_SECRET: '  \t ', GOOD_SECRET: 'good-secret' };
+const twoLinesFile = join(tmp.dir, 'two-lines.secret');
+writeFileSync(twoLinesFile, 'Bearer a\r\nX-Injected: 1\n');
+/** A forward signing secret: whsec_ and base64 of 24 bytes. */
+const SIGN = 'whsec_C2FBcUq8kPxNuFz1o6sd3r9QZ0Hf5VbA';
+const env = { BLANK_SECRET: '  \t ', GOOD_SECRET: 'good-secret', FORWARD_SECRET: SIGN };
 
 const route = (extra: Record<string, unknown>) => ({ name: 'r', source: '*', key: '{body.id}', effect: { exec: ['true'] }, ...extra });
 
@@ -188,6 +192,47 @@ const BAD: [string, Record<string, unknown>, RegExp][] = [
     { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { 'X-A': '1', 'x-a': '2' } } } })] },
     /routes\.0\.effect\.http\.headers\.x-a: set twice/,
   ],
+  // Signed forwards: a Standard Webhooks secret the app's library reads the same way.
+  [
+    'an http effect sign secret without whsec_',
+    { routes: [route({ effect: { http: { url: 'https://a.example/h', sign: 'my-long-password-for-the-app' } } })] },
+    /routes\.0\.effect\.http\.sign: must start with "whsec_".*openssl rand -base64 32/,
+  ],
+  [
+    'an http effect sign secret that is not base64',
+    { routes: [route({ effect: { http: { url: 'https://a.example/h', sign: 'whsec_not-base64!' } } })] },
+    /routes\.0\.effect\.http\.sign: the part after "whsec_" is not standard base64/,
+  ],
+  [
+    'an http effect sign secret of too few bytes',
+    { routes: [route({ effect: { http: { url: 'https://a.example/h', sign: 'whsec_dGVzdA==' } } })] },
+    /routes\.0\.effect\.http\.sign: decodes to 4 bytes; a key must be 24 to 64 bytes/,
+  ],
+  [
+    'an http effect sign secret from an unset variable',
+    { routes: [route({ effect: { http: { url: 'https://a.example/h', sign: 'env:NO_SUCH_FORWARD_SECRET' } } })] },
+    /routes\.0\.effect\.http\.sign: environment variable NO_SUCH_FORWARD_SECRET is not set or empty/,
+  ],
+  [
+    'an http effect header from an unset variable',
+    { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { Authorization: 'env:NO_SUCH_APP_TOKEN' } } } })] },
+    /routes\.0\.effect\.http\.headers\.Authorization: environment variable NO_SUCH_APP_TOKEN is not set or empty/,
+  ],
+  [
+    'an http effect header from a missing file',
+    { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { Authorization: `file:${join(tmp.dir, 'no-such-token')}` } } } })] },
+    /routes\.0\.effect\.http\.headers\.Authorization: cannot read secret file .*no-such-token \(ENOENT\)/,
+  ],
+  [
+    'an http effect header from a file holding a line break',
+    { routes: [route({ effect: { http: { url: 'https://a.example/h', headers: { Authorization: `file:${twoLinesFile}` } } } })] },
+    /routes\.0\.effect\.http\.headers\.Authorization: the value holds a line break/,
+  ],
+  [
+    'an http effect header receiver signs',
+    { routes: [route({ effect: { http: { url: 'https://a.example/h', sign: SIGN, headers: { 'Webhook-Id': 'mine' } } } })] },
+    /routes\.0\.effect\.http\.headers\.Webhook-Id: receiver sets this header on every request it signs/,
+  ],
   [
     'a Twilio publicUrl that is not http(s)',
     { sources: { tw: { provider: 'twilio', secret: 'x', publicUrl: 'ftp://example.com/hook' } } },
@@ -225,12 +270,24 @@ describe('secrets give usable key bytes; no field is silently ignored', () => {
           tw: { provider: 'twilio', secret: 'x', publicUrl: 'https://example.com/hook' },
           n: { provider: 'none', deliveryId: '{body.id}' },
         },
-        routes: [route({ effect: { http: { url: 'https://example.com/hooks', headers: { Authorization: 'Bearer app-token', 'X-Tenant': 'shop één' } } } })],
+        routes: [
+          route({
+            effect: { http: { url: 'https://example.com/hooks', headers: { Authorization: 'Bearer app-token', 'X-Tenant': 'shop één', 'Webhook-Id': 'x' } } },
+          }),
+          route({
+            name: 'signed',
+            effect: { http: { url: 'https://example.com/hooks', sign: 'env:FORWARD_SECRET', headers: { Authorization: 'env:GOOD_SECRET' } } },
+          }),
+        ],
       },
       'c.json',
       {},
       env,
     );
+    // Header values named by reference are resolved at load; webhook-* are the app's own only when unsigned.
+    const signed = good.httpSecrets.get('signed')!;
+    expect(signed.sign?.reveal()).toBe(SIGN);
+    expect(signed.headers.Authorization?.reveal()).toBe('good-secret');
     expect([...good.sources.keys()]).toEqual(['sw', 'polar', 'gl', 'gh', 'mw', 'g', 'tw', 'n']);
     expect(good.sources.get('sw')?.secrets).toHaveLength(4);
   });

@@ -88,6 +88,7 @@ describe('exec effect environment (serve, child process)', () => {
       'RECEIVER_EVENT_ID',
       'RECEIVER_EVENT_TYPE',
       'RECEIVER_KEY',
+      'RECEIVER_RUN_KEY',
       'RECEIVER_SOURCE',
     ]);
     // The test runner's own variables (whatever they are) did not come along either.

@@ -5,7 +5,15 @@ import { effectEnvironment, runExec } from '../../src/effects/exec.js';
 import { makeConfig, tempDir } from '../helpers.js';
 
 const event = { id: 7, source: 'shop', deliveryId: 'd-1', eventType: 'order.paid', headers: {}, body: Buffer.from('{"raw":  "bytes"}\n'), receivedAt: 0 };
-const base = { event, businessKey: 'ord_1', effectKey: 'licence:ord_1', attempt: 3, baseEnv: { PATH: process.env.PATH }, timeoutMs: 5000 };
+const base = {
+  event,
+  businessKey: 'ord_1',
+  effectKey: 'licence:ord_1',
+  runKey: 'licence:ord_1#forced-2',
+  attempt: 3,
+  baseEnv: { PATH: process.env.PATH },
+  timeoutMs: 5000,
+};
 
 function alive(pid: number): boolean {
   try {
@@ -35,6 +43,7 @@ describe('exec effect', () => {
       'RECEIVER_EVENT_ID=7',
       'RECEIVER_EVENT_TYPE=order.paid',
       'RECEIVER_KEY=ord_1',
+      'RECEIVER_RUN_KEY=licence:ord_1#forced-2',
       'RECEIVER_SOURCE=shop',
     ]);
   });

@@ -1,8 +1,10 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
+import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { describeUrl, idempotencyKey, parseRetryAfter, runHttp } from '../../src/effects/http.js';
+import { Secret } from '../../src/config/secret.js';
+import { describeUrl, idempotencyKey, parseRetryAfter, runHttp, signingKeyProblem } from '../../src/effects/http.js';
 
 interface Seen {
   headers: IncomingMessage['headers'];
@@ -104,6 +106,48 @@ describe('http effect', () => {
     } finally {
       held.close();
     }
+  });
+
+  it('signed (sign): webhook-id, webhook-timestamp and webhook-signature over the exact bytes, verified by the standardwebhooks library', async () => {
+    const secret = `whsec_${randomBytes(32).toString('base64')}`;
+    answer = (res) => res.writeHead(200).end();
+    seen.length = 0;
+    const now = Date.now();
+    expect(await req({ signWith: new Secret(secret), now })).toMatchObject({ ok: true });
+    const s = seen[0]!;
+    expect(s.body.equals(body)).toBe(true);
+    // The id is the Idempotency-Key: one per run key, the same on every retry of the run.
+    expect(s.headers['webhook-id']).toBe(idempotencyKey('app:in_1'));
+    expect(s.headers['webhook-timestamp']).toBe(String(Math.floor(now / 1000)));
+    expect(s.headers['webhook-signature']).toMatch(/^v1,[A-Za-z0-9+/]+=*$/);
+    const headers = s.headers as Record<string, string>;
+    expect(new Webhook(secret).verify(s.body.toString('utf8'), headers)).toEqual(JSON.parse(body.toString('utf8')));
+    // Another secret does not verify it; a changed body does not either.
+    expect(() => new Webhook(`whsec_${randomBytes(32).toString('base64')}`).verify(s.body.toString('utf8'), headers)).toThrow(/No matching signature/);
+    expect(() => new Webhook(secret).verify(s.body.toString('utf8').replace('  ', ' '), headers)).toThrow(/No matching signature/);
+
+    // A forced run's key: another Idempotency-Key and webhook-id, still verified.
+    seen.length = 0;
+    expect(await req({ signWith: new Secret(secret), now, runKey: 'app:in_1#forced-1' })).toMatchObject({ ok: true });
+    expect(seen[0]!.headers['idempotency-key']).toBe(idempotencyKey('app:in_1#forced-1'));
+    expect(seen[0]!.headers['webhook-id']).toBe(idempotencyKey('app:in_1#forced-1'));
+    expect(seen[0]!.headers['webhook-id']).not.toBe(s.headers['webhook-id']);
+    expect(() => new Webhook(secret).verify(seen[0]!.body.toString('utf8'), seen[0]!.headers as Record<string, string>)).not.toThrow();
+
+    // Unsigned when `sign` is not set.
+    seen.length = 0;
+    await req();
+    expect(seen[0]!.headers['webhook-signature']).toBeUndefined();
+  });
+
+  it('a signing secret is whsec_ and canonical base64 of 24 to 64 bytes', () => {
+    expect(signingKeyProblem(new Secret(`whsec_${randomBytes(24).toString('base64')}`))).toBeUndefined();
+    expect(signingKeyProblem(new Secret(`whsec_${randomBytes(64).toString('base64')}`))).toBeUndefined();
+    expect(signingKeyProblem(new Secret(randomBytes(32).toString('base64')))).toMatch(/must start with "whsec_"/);
+    expect(signingKeyProblem(new Secret('whsec_not base64!'))).toMatch(/not standard base64/);
+    expect(signingKeyProblem(new Secret(`whsec_${randomBytes(32).toString('base64url')}`.replace(/=+$/, '') + '-_'))).toMatch(/not standard base64/);
+    expect(signingKeyProblem(new Secret(`whsec_${randomBytes(16).toString('base64')}`))).toMatch(/decodes to 16 bytes; a key must be 24 to 64 bytes/);
+    expect(signingKeyProblem(new Secret(`whsec_${randomBytes(65).toString('base64')}`))).toMatch(/decodes to 65 bytes/);
   });
 
   it('parses Retry-After as seconds or an HTTP date', () => {

@@ -558,6 +558,125 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await store.stats(T0)).effectsByStatus.running).toBe(keys.length);
     });
 
+    describe('run keys: what each run is sent as', () => {
+      /** Runs `s` for the claimed event to the end: ok, or failed. */
+      async function run(e: { lease: Lease; attempt: number }, s: EffectStart, outcome: 'ok' | 'failed' = 'ok', now = T0) {
+        const d = await store.beginEffect(e.lease, e.attempt, s, now, LEASE);
+        if (d.action !== 'run') throw new Error(`expected run, got ${d.action}`);
+        await store.finishEffect(
+          {
+            attemptId: d.attemptId,
+            effectKey: s.effectKey,
+            runToken: s.runToken,
+            outcome,
+            ...(outcome === 'failed' ? { error: 'no' } : {}),
+            wasDone: d.wasDone,
+          },
+          now,
+        );
+        return d.runKey;
+      }
+      const runKeys = async (id: number) => (await store.getEvent(id))!.attemptRows.map((a) => a.runKey);
+
+      it('an ordinary run is the effect key, on a retry and after a crash; a forced run has its own key, kept until it ends ok', async () => {
+        const e1 = await claimed('a');
+        expect(await run(e1, start('licence', 'k'), 'failed')).toBe('licence:k');
+        // The drain crashed in the retry: the lease expires, another drain claims it and runs it again.
+        const crashed = await store.beginEffect(e1.lease, 2, start('licence', 'k'), T0, LEASE);
+        expect(crashed).toMatchObject({ action: 'run', runKey: 'licence:k' });
+        const again = await store.claimEvent('drain-b', T0 + LEASE, LEASE);
+        expect(again?.id).toBe(e1.id);
+        expect(await run(again!, start('licence', 'k'), 'ok', T0 + LEASE)).toBe('licence:k');
+        await store.completeEvent(again!.lease, T0 + LEASE);
+        expect(await runKeys(e1.id)).toEqual(['licence:k', 'licence:k', 'licence:k']);
+
+        // replay --force: a run of its own, whose failure and crash repeat it under the same key.
+        await store.replayEvents([e1.id], { force: true, now: T0 + LEASE });
+        const f1 = await store.claimEvent('drain-c', T0 + LEASE, LEASE);
+        const forced = (extra: Partial<EffectStart> = {}) => start('licence', 'k', { force: true, ...extra });
+        expect(await run(f1!, forced(), 'failed', T0 + LEASE)).toBe('licence:k#forced-1');
+        const crash = await store.beginEffect(f1!.lease, f1!.attempt, forced(), T0 + LEASE, LEASE);
+        expect(crash).toMatchObject({ action: 'run', runKey: 'licence:k#forced-1', wasDone: true });
+        const f2 = await store.claimEvent('drain-d', T0 + 2 * LEASE, LEASE);
+        expect(await run(f2!, forced(), 'ok', T0 + 2 * LEASE)).toBe('licence:k#forced-1');
+        await store.completeEvent(f2!.lease, T0 + 2 * LEASE);
+
+        // Another forced replay: a new key, unlike the first run's and the earlier forced run's.
+        await store.replayEvents([e1.id], { force: true, now: T0 + 2 * LEASE });
+        const f3 = await store.claimEvent('drain-e', T0 + 2 * LEASE, LEASE);
+        const third = await run(f3!, forced(), 'ok', T0 + 2 * LEASE);
+        expect(third).toMatch(/^licence:k#forced-\d+$/);
+        expect(third).not.toBe('licence:k#forced-1');
+        // A plain replay after it: the key is done, nothing runs, no run key.
+        await store.completeEvent(f3!.lease, T0 + 2 * LEASE);
+        await store.replayEvents([e1.id], { force: false, now: T0 + 2 * LEASE });
+        const plain = await store.claimEvent('drain-f', T0 + 2 * LEASE, LEASE);
+        expect(await store.beginEffect(plain!.lease, plain!.attempt, start('licence', 'k'), T0 + 2 * LEASE, LEASE)).toMatchObject({ action: 'skipped' });
+        expect(await runKeys(e1.id)).toEqual([
+          'licence:k',
+          'licence:k',
+          'licence:k',
+          'licence:k#forced-1',
+          'licence:k#forced-1',
+          'licence:k#forced-1',
+          third,
+          null,
+        ]);
+        // A done key that failed a forced run stays done; the ledger counts every forced run.
+        expect((await store.getEvent(e1.id))!.effects).toMatchObject([{ status: 'done', forcedRuns: 4 }]);
+      });
+
+      it("a module effect's handler gets the run key, and the database's dialect", async () => {
+        const e1 = await claimed('a');
+        const seen: string[] = [];
+        const handler = async (db: EffectDb, r: { runKey: string }) => void seen.push(`${db.dialect} ${r.runKey}`);
+        expect(await store.runTransactionalEffect(e1.lease, 1, start('licence', 'k'), handler, () => T0, LEASE)).toMatchObject({ action: 'ok' });
+        const fail = async () => {
+          throw new Error('no');
+        };
+        expect(await store.runTransactionalEffect(e1.lease, 1, start('licence', 'k', { force: true }), fail, () => T0, LEASE)).toMatchObject({
+          action: 'failed',
+        });
+        // The failed forced run is repeated under its key, then a new forced run has a new one.
+        expect(await store.runTransactionalEffect(e1.lease, 1, start('licence', 'k', { force: true }), handler, () => T0, LEASE)).toMatchObject({
+          action: 'ok',
+        });
+        expect(await store.runTransactionalEffect(e1.lease, 1, start('licence', 'k', { force: true }), handler, () => T0, LEASE)).toMatchObject({
+          action: 'ok',
+        });
+        expect(seen).toEqual([`${backend.name} licence:k`, `${backend.name} licence:k#forced-1`, `${backend.name} licence:k#forced-3`]);
+        expect(await runKeys(e1.id)).toEqual(['licence:k', 'licence:k#forced-1', 'licence:k#forced-1', 'licence:k#forced-3']);
+      });
+
+      it("the README's module example (placeholders by ctx.db.dialect, an upsert both accept) runs here, and its repeat changes nothing", async () => {
+        // As in the README's module effect section.
+        const readme = async (event: { json: { data: { object: { customer_email: string } } } }, ctx: { db: EffectDb; key: string }) => {
+          const p = (n: number) => (ctx.db.dialect === 'postgres' ? `$${n}` : '?');
+          await ctx.db.run('CREATE TABLE IF NOT EXISTS licences (order_id TEXT PRIMARY KEY, email TEXT NOT NULL)');
+          await ctx.db.run(`INSERT INTO licences (order_id, email) VALUES (${p(1)}, ${p(2)}) ON CONFLICT (order_id) DO NOTHING`, [
+            ctx.key,
+            event.json.data.object.customer_email,
+          ]);
+        };
+        const e1 = await claimed('a');
+        for (const [email, force] of [
+          ['a@example.com', false],
+          ['b@example.com', true],
+        ] as const) {
+          const out = await store.runTransactionalEffect(
+            e1.lease,
+            1,
+            start('licence', 'o1', { force }),
+            (db) => readme({ json: { data: { object: { customer_email: email } } } }, { db, key: 'o1' }),
+            () => T0,
+            LEASE,
+          );
+          expect(out).toMatchObject({ action: 'ok' });
+        }
+        expect(await o.rows('SELECT order_id, email FROM licences')).toEqual([{ order_id: 'o1', email: 'a@example.com' }]);
+      });
+    });
+
     it('beginEffect after the lease was lost records nothing', async () => {
       const { id, lease } = await claimed('a', 'old');
       await store.claimEvent('new', T0 + LEASE, LEASE);

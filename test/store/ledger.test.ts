@@ -3,7 +3,7 @@ import { compareVersions, decideEffect, newerVersion } from '../../src/store/led
 import type { EffectStart, LedgerRow } from '../../src/store/drain-types.js';
 
 const start = (o: Partial<EffectStart> = {}): EffectStart => ({ route: 'r', businessKey: 'k', effectKey: 'r:k', runToken: 't', force: false, ...o });
-const row = (o: Partial<LedgerRow> = {}): LedgerRow => ({ status: 'done', eventId: 1, version: null, runs: 1, heldElsewhere: false, ...o });
+const row = (o: Partial<LedgerRow> = {}): LedgerRow => ({ status: 'done', eventId: 1, version: null, runs: 1, forcedRuns: 0, heldElsewhere: false, ...o });
 
 describe('the effect ledger rule', () => {
   it('runs a new key, a failed key and a crashed run; skips a done key', () => {

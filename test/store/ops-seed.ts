@@ -77,21 +77,25 @@ export function insertAttempt(
     error?: string | null;
     output?: string | null;
     forced?: boolean;
+    /** Default: the effect key (an ordinary run). */
+    runKey?: string | null;
   },
 ): void {
+  const effectKey = a.effectKey === undefined ? `licence:${eventId}` : a.effectKey;
   db.prepare(
-    `INSERT INTO attempts (event_id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    `INSERT INTO attempts (event_id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced, run_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   ).run(
     eventId,
     a.attempt ?? 1,
     a.route ?? 'licence',
-    a.effectKey === undefined ? `licence:${eventId}` : a.effectKey,
+    effectKey,
     a.startedAt,
     a.startedAt + 10,
     a.outcome ?? 'ok',
     a.error ?? null,
     a.output ?? null,
     a.forced === true ? 1 : 0,
+    a.runKey === undefined ? effectKey : a.runKey,
   );
 }
 

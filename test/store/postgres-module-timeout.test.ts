@@ -73,11 +73,19 @@ describe.runIf(pgOk)('module effect statements on PostgreSQL', () => {
       event.lease,
       event.attempt,
       start,
-      (effectDb) =>
+      (effectDb, run) =>
         callHandler(
           handler,
           moduleEvent,
-          { event: moduleEvent, route: start.route, key: start.businessKey, effectKey: start.effectKey, attempt: event.attempt, db: effectDb },
+          {
+            event: moduleEvent,
+            route: start.route,
+            key: start.businessKey,
+            effectKey: start.effectKey,
+            runKey: run.runKey,
+            attempt: event.attempt,
+            db: effectDb,
+          },
           timeoutMs,
         ),
       Date.now,

@@ -131,6 +131,7 @@ function effectDb(c: Conn, client: PoolClient): { handle: EffectDb; close: (gave
     return result;
   };
   const handle: EffectDb = {
+    dialect: 'postgres',
     async query<T>(sql: string, params: readonly unknown[] = []): Promise<T[]> {
       return (await exec(sql, params)).rows as T[];
     },
@@ -195,7 +196,7 @@ export async function runTransactionalEffect(c: Conn, m: steps.ModuleEffect): Pr
   // The transaction (and the key lock) is held across this await: the handler's writes
   // and the ledger row below commit together, or not at all.
   const { handle, close } = effectDb(c, client);
-  const failure = await steps.callHandler(m, handle, close);
+  const failure = await steps.callHandler(m, handle, decided.run!, close);
 
   if (failure === undefined) {
     try {
@@ -208,7 +209,7 @@ export async function runTransactionalEffect(c: Conn, m: steps.ModuleEffect): Pr
       }
       const ok = await runSteps(
         client,
-        steps.moduleDone(dialect, { lease, attempt, start, row: decided.row, startedAt, finishedAt }, m.completeOnOk, m.routeDecisions),
+        steps.moduleDone(dialect, { lease, attempt, start, row: decided.row, run: decided.run!, startedAt, finishedAt }, m.completeOnOk, m.routeDecisions),
       );
       await commit(client, 'module effect');
       client.release();
@@ -226,7 +227,7 @@ export async function runTransactionalEffect(c: Conn, m: steps.ModuleEffect): Pr
   // A handler whose connection was dropped under it failed on pg's "not queryable": say why.
   const error = connectionLost(client) ?? message(failure.error);
   const finishedAt = now();
-  const run = { lease, attempt, start, row: decided.row, startedAt, finishedAt };
+  const run = { lease, attempt, start, row: decided.row, run: decided.run!, startedAt, finishedAt };
   return c.transaction('record module failure', (tx) => runSteps(tx, steps.moduleFailed(dialect, run, error)));
 }
 

@@ -138,6 +138,14 @@ CREATE TABLE catch_up (
 ALTER TABLE events ADD COLUMN route_decisions text;
 `,
   },
+  {
+    version: 5,
+    name: 'run keys',
+    // As SQLite's version 5: the key each effect run was sent with.
+    sql: `
+ALTER TABLE attempts ADD COLUMN run_key text;
+`,
+  },
 ];
 
 export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

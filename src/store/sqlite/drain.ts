@@ -271,6 +271,7 @@ function effectDb(c: DrainConnection): { handle: EffectDb; close: () => void } {
     return c.db.prepare(sql);
   };
   const handle: EffectDb = {
+    dialect: 'sqlite',
     async query<T>(sql: string, params: readonly unknown[] = []): Promise<T[]> {
       const s = prepare(sql);
       if (!s.reader) {
@@ -340,14 +341,14 @@ export async function runTransactionalEffect(c: DrainConnection, m: steps.Module
   // The write lock is held across this await: the handler's writes and the ledger row
   // below commit together, or not at all.
   const { handle, close } = effectDb(c);
-  const failure = await steps.callHandler(m, handle, close);
+  const failure = await steps.callHandler(m, handle, decided.run!, close);
 
   if (failure === undefined) {
     try {
       const finishedAt = now();
       const ok = runSteps(
         c.db,
-        steps.moduleDone(dialect, { lease, attempt, start, row: decided.row, startedAt, finishedAt }, m.completeOnOk, m.routeDecisions),
+        steps.moduleDone(dialect, { lease, attempt, start, row: decided.row, run: decided.run!, startedAt, finishedAt }, m.completeOnOk, m.routeDecisions),
       );
       commit(c, finishedAt);
       return ok;
@@ -365,7 +366,7 @@ export async function runTransactionalEffect(c: DrainConnection, m: steps.Module
   const finishedAt = now();
   const failed = await immediate(c, 'record module failure', () => {
     renewDeferred(c, finishedAt);
-    return runSteps(c.db, steps.moduleFailed(dialect, { lease, attempt, start, row: decided.row, startedAt, finishedAt }, error));
+    return runSteps(c.db, steps.moduleFailed(dialect, { lease, attempt, start, row: decided.row, run: decided.run!, startedAt, finishedAt }, error));
   });
   durableSoon(c);
   return failed;

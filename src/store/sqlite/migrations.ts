@@ -136,6 +136,18 @@ CREATE TABLE catch_up (
 ALTER TABLE events ADD COLUMN route_decisions TEXT;
 `,
   },
+  {
+    version: 5,
+    name: 'run keys',
+    // run_key: the key an effect run was sent with (Idempotency-Key, webhook-id, exec's
+    // RECEIVER_RUN_KEY, a module's ctx.runKey are derived from it): the effect key for an
+    // ordinary run, `<effect key>#forced-<n>` for a forced one. NULL on attempts that ran
+    // nothing (skipped, stale, busy, a key template that resolved to nothing) and on rows
+    // written before this version.
+    sql: `
+ALTER TABLE attempts ADD COLUMN run_key TEXT;
+`,
+  },
 ];
 
 export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

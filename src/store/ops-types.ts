@@ -175,6 +175,8 @@ export interface ConflictRow {
   bodySha256: string;
   /** Deliveries of the same differing body since. */
   repeats: number;
+  /** Its request headers (signatures redacted) as first received; null after tiered retention dropped them. */
+  headers: Record<string, string> | null;
   /** The differing body as first received; null after tiered retention dropped it. */
   body: Buffer | null;
 }

@@ -215,6 +215,8 @@ describe.each(backends)('$name store contract', (backend) => {
       expect(shown!.body!.toString()).toBe('{"a":1}');
       expect(shown!.conflicts.map((c) => c.receivedAt)).toEqual([T0 + SEC, T0 + 2 * SEC]);
       expect(shown!.conflicts.map((c) => c.body?.toString())).toEqual(['{"a":2}', '{"a":3}']);
+      // With the headers it came with, as `events show` prints them.
+      expect(shown!.conflicts.map((c) => c.headers)).toEqual([0, 1].map(() => ({ 'content-type': 'application/json', 'x-request-id': 'd-1' })));
       expect((await store.stats(T0)).conflicts).toBe(2);
     });
 

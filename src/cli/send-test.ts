@@ -35,15 +35,7 @@ export async function sendTest(name: string, options: SendTestOptions, io: CliIo
   const url = `${base.replace(/\/$/, '')}/webhooks/${encodeURIComponent(name)}`;
   const now = io.now();
   const given = options.body === undefined ? undefined : await readBody(options.body, io);
-  const place = options.type === undefined ? undefined : typePlace(source, options.type);
-  const sample = given ?? withBodyType(source.provider.sample(now), place?.body, options.type);
-  const secret = source.secrets[0]?.reveal() ?? '';
-  const signed = source.provider.sign(sample, secret, now, source, source.options.publicUrl ?? url);
-  // A type header is not signed by any sender: it is set after signing.
-  if (place?.header !== undefined) signed.headers[place.header] = options.type!;
-  const body = signed.body ?? sample;
-  const headers: Record<string, string> = { 'content-type': 'application/json', ...signed.headers };
-  if (options.type !== undefined) checkType(source, options.type, { raw: body, headers, url, now }, options.body);
+  const { body, headers } = testDelivery(source, { type: options.type, body: given, file: options.body }, now, url);
   // A timer that keeps the process alive: when a server drops the connection without an
   // answer, Node's fetch can leave its promise pending with nothing else to wait for, and
   // the process would exit 0 having printed nothing.
@@ -72,6 +64,28 @@ export async function sendTest(name: string, options: SendTestOptions, io: CliIo
   }
   io.stdout.write(`POST ${url} -> ${response.status} ${text}\n`);
   if (response.status >= 300) throw new ExitCode(1);
+}
+
+/**
+ * The delivery send-test posts: the provider's sample (with `type` where the provider
+ * carries it) or the given body as it is, signed with the source's first secret.
+ */
+export function testDelivery(
+  source: ResolvedSource,
+  given: { type?: string | undefined; body?: Buffer | undefined; file?: string | undefined },
+  now: number,
+  url: string,
+): { body: Buffer; headers: Record<string, string> } {
+  const place = given.type === undefined ? undefined : typePlace(source, given.type);
+  const unsigned = given.body ?? withBodyType(source.provider.sample(now), place?.body, given.type);
+  const secret = source.secrets[0]?.reveal() ?? '';
+  const signed = source.provider.sign(unsigned, secret, now, source, source.options.publicUrl ?? url);
+  // A type header is not signed by any sender: it is set after signing.
+  if (place?.header !== undefined) signed.headers[place.header] = given.type!;
+  const body = signed.body ?? unsigned;
+  const headers: Record<string, string> = { 'content-type': 'application/json', ...signed.headers };
+  if (given.type !== undefined) checkType(source, given.type, { raw: body, headers, url, now }, given.file);
+  return { body, headers };
 }
 
 /** The file's bytes (or standard input's for `-`), exactly. */

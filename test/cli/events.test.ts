@@ -329,7 +329,9 @@ describe('receiver events', () => {
     const own = tempDir();
     let config: string;
     let id: number;
-    const BODY = '{"id":"evt_9","amount":12345678901234567890,"items":[],"nested":{"a":[1,{"b":null}]},"text":"a, b: {c}"}';
+    const BODY = '{"id":"evt_9","amount":12345678901234567890,"items":[],"nested":{"a":[1,{"b":null}]},"text":"a, b: {c}","q":"say \\"hi\\", \\\\"}';
+    // A differing body of 50 fields: the conflict shows its first 40 lines.
+    const CONFLICT = JSON.stringify(Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`f${i}`, i])));
     beforeAll(() => {
       config = writeConfig(own.dir, { sources: { stripe: { provider: 'stripe', secret: 'whsec_test' } } });
       const db = seedDb(join(own.dir, 'receiver.db'));
@@ -344,6 +346,9 @@ describe('receiver events', () => {
       insertAttempt(db, id, { attempt: 1, route: 'crm', effectKey: 'crm:cus_9', startedAt: (at += 1000), outcome: 'ok' });
       insertEffect(db, { effectKey: 'crm:cus_9', eventId: id, at });
       insertEffect(db, { effectKey: 'mail:evt_9', eventId: id, at: t0 });
+      db.prepare(
+        `INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES (?, 'stripe', 'evt_9', ?, 'c', ?, ?)`,
+      ).run(id, t0 + 500, JSON.stringify({ 'content-type': 'application/json; charset=utf-8' }), Buffer.from(CONFLICT));
       db.close();
     });
     afterAll(own.cleanup);
@@ -365,12 +370,25 @@ describe('receiver events', () => {
           '      }',
           '    ]',
           '  },',
-          '  "text": "a, b: {c}"',
+          '  "text": "a, b: {c}",',
+          '  "q": "say \\"hi\\", \\\\"',
           '}',
           'attempts:',
         ].join('\n'),
       );
       expect(JSON.parse((await runInProcess(['events', 'show', '-c', config, String(id), '--json'])).stdout).body).toBe(BODY);
+    });
+
+    it('prints a conflict with its body, indented, at most 40 lines; --json has all of it', async () => {
+      const r = await runInProcess(['events', 'show', '-c', config, String(id)]);
+      const conflicts = r.stdout.slice(r.stdout.indexOf('conflicts (same delivery id, different body):\n'));
+      expect(conflicts.split('\n').slice(1, 4)).toEqual([`  ${new Date(t0 + 500).toISOString()} sha256 c:`, '    {', '      "f0": 0,']);
+      expect(conflicts).toContain('      "f38": 38,\n    … 12 more line(s); --json has the whole body\n');
+      expect(conflicts).not.toContain('"f39"');
+      const json = JSON.parse((await runInProcess(['events', 'show', '-c', config, String(id), '--json'])).stdout);
+      expect(json.conflicts).toEqual([
+        expect.objectContaining({ body: CONFLICT, bodyEncoding: 'utf8', headers: { 'content-type': 'application/json; charset=utf-8' } }),
+      ]);
     });
 
     it('numbers attempts on across a replay and marks where it started; counts ok and failed runs apart', async () => {

@@ -402,6 +402,23 @@ const isJsonType = (headers: Record<string, string> | null) => /json/i.test(head
 
 /** What a conflict's body shows at most; --json has all of it. */
 const CONFLICT_BODY_LINES = 40;
+const CONFLICT_BODY_CHARS = 4000;
+
+/** The first lines of a text, within both bounds; the last line says what was left out. */
+function clip(lines: readonly string[], maxLines: number, maxChars: number): string[] {
+  const kept: string[] = [];
+  let chars = 0;
+  for (const line of lines) {
+    if (kept.length === maxLines || chars + line.length > maxChars) {
+      const cutLine = kept.length < maxLines && chars < maxChars ? [line.slice(0, maxChars - chars)] : [];
+      const left = lines.length - kept.length - cutLine.length;
+      return [...kept, ...cutLine, `… ${left > 0 ? `${left} more line(s)` : 'the rest of the line'}; --json has the whole body`];
+    }
+    kept.push(line);
+    chars += line.length + 1;
+  }
+  return kept;
+}
 
 /** A stored body for text output: JSON indented when its content-type says JSON, else as received. */
 function bodyLines(b: { headers: Record<string, string> | null; body: string | null; bodyEncoding: 'utf8' | 'base64' | null }): {
@@ -453,19 +470,21 @@ function describeEvent(e: ReturnType<typeof detailJson>): string {
   if (e.effects.length === 0) out.push('  (none)');
   for (const f of e.effects) {
     // Counted from this event's attempts: the ledger's `runs` counts every event's, ok or not.
-    const runs = [`${f.okRuns} ok`, `${f.failedRuns} failed`, ...(f.runningRuns > 0 ? [`${f.runningRuns} running`] : [])];
+    const forced = e.attemptLog.filter((a) => a.effectKey === f.effectKey && a.forced && ['ok', 'failed', 'running'].includes(a.outcome)).length;
+    const runs = [
+      `${f.okRuns} ok`,
+      `${f.failedRuns} failed`,
+      ...(f.runningRuns > 0 ? [`${f.runningRuns} running`] : []),
+      ...(forced > 0 ? [`${forced} forced`] : []),
+    ];
     const counted = f.okRuns + f.failedRuns + f.runningRuns === 0 ? 'not run by this event' : runs.join(', ');
-    out.push(
-      `  ${p(f.effectKey)}: ${f.status}: ${counted}${f.forcedRuns > 0 ? `, ${f.forcedRuns} forced` : ''}${f.eventId === e.id ? '' : ` (last run by event ${f.eventId})`}`,
-    );
+    out.push(`  ${p(f.effectKey)}: ${f.status}: ${counted}${f.eventId === e.id ? '' : ` (last run by event ${f.eventId})`}`);
   }
   if (e.conflicts.length > 0) {
     out.push('conflicts (same delivery id, different body):');
     for (const c of e.conflicts) {
       out.push(`  ${c.receivedAt} sha256 ${c.bodySha256}${c.repeats > 0 ? `, ${c.repeats} repeat(s) since` : ''}:`);
-      const { lines } = bodyLines(c);
-      for (const line of lines.slice(0, CONFLICT_BODY_LINES)) out.push(`    ${line}`);
-      if (lines.length > CONFLICT_BODY_LINES) out.push(`    … ${lines.length - CONFLICT_BODY_LINES} more line(s); --json has the whole body`);
+      for (const line of clip(bodyLines(c).lines, CONFLICT_BODY_LINES, CONFLICT_BODY_CHARS)) out.push(`    ${line}`);
     }
   }
   return `${out.join('\n')}\n`;

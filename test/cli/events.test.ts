@@ -343,12 +343,15 @@ describe('receiver events', () => {
         insertAttempt(db, id, { attempt, route: 'crm', effectKey: 'crm:cus_9', startedAt: (at += 1000), outcome: 'failed', error: 'crm down' });
       }
       insertAttempt(db, id, { attempt: 1, route: 'mail', effectKey: 'mail:evt_9', startedAt: (at += 1000), outcome: 'skipped' });
-      insertAttempt(db, id, { attempt: 1, route: 'crm', effectKey: 'crm:cus_9', startedAt: (at += 1000), outcome: 'ok' });
+      insertAttempt(db, id, { attempt: 1, route: 'crm', effectKey: 'crm:cus_9', startedAt: (at += 1000), outcome: 'ok', forced: true });
       insertEffect(db, { effectKey: 'crm:cus_9', eventId: id, at });
       insertEffect(db, { effectKey: 'mail:evt_9', eventId: id, at: t0 });
       db.prepare(
         `INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES (?, 'stripe', 'evt_9', ?, 'c', ?, ?)`,
       ).run(id, t0 + 500, JSON.stringify({ 'content-type': 'application/json; charset=utf-8' }), Buffer.from(CONFLICT));
+      db.prepare(
+        `INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES (?, 'stripe', 'evt_9', ?, 'd', ?, ?)`,
+      ).run(id, t0 + 600, JSON.stringify({ 'content-type': 'text/plain' }), Buffer.from('x'.repeat(10_000)));
       db.close();
     });
     afterAll(own.cleanup);
@@ -379,15 +382,19 @@ describe('receiver events', () => {
       expect(JSON.parse((await runInProcess(['events', 'show', '-c', config, String(id), '--json'])).stdout).body).toBe(BODY);
     });
 
-    it('prints a conflict with its body, indented, at most 40 lines; --json has all of it', async () => {
+    it('prints a conflict with its body, indented, at most 40 lines or 4000 characters; --json has all of it', async () => {
       const r = await runInProcess(['events', 'show', '-c', config, String(id)]);
       const conflicts = r.stdout.slice(r.stdout.indexOf('conflicts (same delivery id, different body):\n'));
       expect(conflicts.split('\n').slice(1, 4)).toEqual([`  ${new Date(t0 + 500).toISOString()} sha256 c:`, '    {', '      "f0": 0,']);
       expect(conflicts).toContain('      "f38": 38,\n    … 12 more line(s); --json has the whole body\n');
       expect(conflicts).not.toContain('"f39"');
+      expect(conflicts).toContain(
+        `  ${new Date(t0 + 600).toISOString()} sha256 d:\n    ${'x'.repeat(4000)}\n    … the rest of the line; --json has the whole body\n`,
+      );
       const json = JSON.parse((await runInProcess(['events', 'show', '-c', config, String(id), '--json'])).stdout);
       expect(json.conflicts).toEqual([
         expect.objectContaining({ body: CONFLICT, bodyEncoding: 'utf8', headers: { 'content-type': 'application/json; charset=utf-8' } }),
+        expect.objectContaining({ body: 'x'.repeat(10_000), headers: { 'content-type': 'text/plain' } }),
       ]);
     });
 
@@ -404,11 +411,11 @@ describe('receiver events', () => {
         '  #3 T crm crm:cus_9 failed: crm down',
         '  -- replay: the retry counter started again here (attempt 1); #n counts on --',
         '  #4 T mail mail:evt_9 skipped',
-        '  #4 T crm crm:cus_9 ok',
+        '  #4 T crm crm:cus_9 ok (forced)',
         '',
       ]);
       expect(r.stdout).toContain('  attempts:   1 since the last replay (4 in all, 1 replay(s))');
-      expect(r.stdout).toContain('  crm:cus_9: done: 1 ok, 3 failed\n');
+      expect(r.stdout).toContain('  crm:cus_9: done: 1 ok, 3 failed, 1 forced\n');
       expect(r.stdout).toContain('  mail:evt_9: done: 3 ok, 0 failed\n');
       const json = JSON.parse((await runInProcess(['events', 'show', '-c', config, String(id), '--json'])).stdout);
       expect(json.attemptLog.map((a: { attempt: number; number: number; replay: number }) => [a.attempt, a.number, a.replay])).toEqual([

@@ -1,16 +1,27 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { ReceiverError } from '../errors.js';
-import type { EventDetail, EventSummary } from '../store/ops-types.js';
+import { parseTime } from '../http/admin/filters.js';
+import type { AttemptRow, EventDetail, EventSummary } from '../store/ops-types.js';
 import { EVENT_STATUSES, isOneOf, type EventStatus } from '../vocabulary.js';
 import { addCommonOptions, configFrom, openStoreFor, positiveInt, printable, printJson, type CommonOptions } from './common.js';
 import type { CliIo } from './io.js';
 
 export const DEFAULT_LIST_LIMIT = 50;
+/** How many events `--search` reads bodies of at most, by default. */
+export const DEFAULT_SCAN_LIMIT = 10_000;
+/** The text table's width without --wide. */
+export const LIST_WIDTH = 100;
 
 interface ListOptions extends CommonOptions {
   status?: EventStatus;
   source?: string;
+  type?: string;
+  since?: number;
+  until?: number;
+  search?: string;
+  scanLimit?: number;
   limit?: number;
+  wide?: boolean;
   json?: boolean;
 }
 
@@ -21,6 +32,24 @@ interface ShowOptions extends CommonOptions {
 function statusFlag(value: string): EventStatus {
   if (!isOneOf(EVENT_STATUSES, value)) throw new InvalidArgumentError(`--status must be one of ${EVENT_STATUSES.join(', ')}, e.g. --status dead.`);
   return value;
+}
+
+const UNITS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 };
+
+/**
+ * A time flag: ISO 8601 (a date, or a date and time; without a zone, UTC), or an age before
+ * now (`30m`, `2h`, `3d`, `1w`). `now` is read when the flag is parsed.
+ */
+export function timeFlag(flag: string, now: () => number) {
+  return (value: string): number => {
+    const age = /^(\d{1,9})([smhdw])$/.exec(value.trim());
+    if (age !== null) return now() - Number(age[1]) * UNITS[age[2]!]!;
+    try {
+      return parseTime(flag, value);
+    } catch {
+      throw new InvalidArgumentError(`${flag} must be a time: ISO 8601 (2026-11-30, 2026-11-30T14:02 in UTC, or with a zone) or an age (30m, 2h, 3d, 1w).`);
+    }
+  };
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
@@ -55,7 +84,35 @@ export function bodyJson(body: Buffer | null): { body: string | null; bodyEncodi
   }
 }
 
+/**
+ * Attempt rows numbered across replays. The stored `attempt` is the retry counter at the
+ * time, which a replay resets: a try starts where that number changes or an effect
+ * repeats within it, and a replay where it does not go up. `number` counts tries from the
+ * first; `replay` counts the replays before the row (0: before any).
+ */
+export function numberAttempts(rows: readonly AttemptRow[]): { number: number; replay: number }[] {
+  let number = 0;
+  let replay = 0;
+  let stored = 0;
+  let seen = new Set<string>();
+  return rows.map((a) => {
+    const effect = `${a.route}\u0000${a.effectKey ?? ''}`;
+    if (number === 0 || a.attempt !== stored || seen.has(effect)) {
+      if (number > 0 && a.attempt <= stored) replay += 1;
+      number += 1;
+      stored = a.attempt;
+      seen = new Set();
+    }
+    seen.add(effect);
+    return { number, replay };
+  });
+}
+
 export function detailJson(e: EventDetail) {
+  const numbers = numberAttempts(e.attemptRows);
+  // Outcomes that ran the effect: skipped, stale and busy ran nothing.
+  const runsOf = (effectKey: string, outcome: 'ok' | 'failed' | 'running') =>
+    e.attemptRows.filter((a) => a.effectKey === effectKey && a.outcome === outcome).length;
   return {
     ...summaryJson(e),
     leaseOwner: e.leaseOwner,
@@ -67,8 +124,11 @@ export function detailJson(e: EventDetail) {
     bodySha256: e.bodySha256,
     routeDecisions: e.routeDecisions,
     // `attempts` above is the retry counter (as in `events list`); this is every recorded try.
-    attemptLog: e.attemptRows.map((a) => ({
+    attemptLog: e.attemptRows.map((a, i) => ({
       attempt: a.attempt,
+      // Across replays (the stored `attempt` restarts at 1 after one); `replay`: replays before it.
+      number: numbers[i]!.number,
+      replay: numbers[i]!.replay,
       route: a.route,
       effectKey: a.effectKey,
       runKey: a.runKey,
@@ -88,11 +148,22 @@ export function detailJson(e: EventDetail) {
       version: f.version,
       runs: f.runs,
       forcedRuns: f.forcedRuns,
+      // This event's runs of the key, from its attempts; `runs` is the ledger's, over every event.
+      okRuns: runsOf(f.effectKey, 'ok'),
+      failedRuns: runsOf(f.effectKey, 'failed'),
+      runningRuns: runsOf(f.effectKey, 'running'),
       startedAt: iso(f.startedAt),
       finishedAt: iso(f.finishedAt),
       lastError: f.lastError,
     })),
-    conflicts: e.conflicts.map((c) => ({ id: c.id, receivedAt: iso(c.receivedAt), bodySha256: c.bodySha256, repeats: c.repeats })),
+    conflicts: e.conflicts.map((c) => ({
+      id: c.id,
+      receivedAt: iso(c.receivedAt),
+      bodySha256: c.bodySha256,
+      repeats: c.repeats,
+      headers: c.headers,
+      ...bodyJson(c.body),
+    })),
   };
 }
 
@@ -108,8 +179,75 @@ const p = (text: string | null) => (text === null ? '' : printable(text));
 
 function table(rows: string[][]): string {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  return rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  ')).join('\n');
+  return rows
+    .map((r) =>
+      r
+        .map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!)))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
+
+/** Text cut to `width` characters, the cut shown by `…`. */
+const cut = (text: string, width: number) => (text.length <= width ? text : `${text.slice(0, Math.max(0, width - 1))}…`);
+
+/**
+ * Narrows the columns named in each stage, widest first, down to their minimum in that
+ * stage (never below their title), until the table fits `width`; then cuts every cell to
+ * its column.
+ */
+function fitTable(rows: string[][], stages: readonly (readonly [column: number, min: number])[][], width: number): string[][] {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  let total = widths.reduce((a, b) => a + b, 0) + 2 * (widths.length - 1);
+  for (const stage of stages) {
+    while (total > width) {
+      // A title is never cut.
+      const room = stage.map(([col, min]) => [col, widths[col]! - Math.max(min, rows[0]![col]!.length)] as const).filter(([, r]) => r > 0);
+      if (room.length === 0) break;
+      const [col] = room.reduce((a, b) => (widths[b[0]]! > widths[a[0]]! ? b : a));
+      widths[col]! -= 1;
+      total -= 1;
+    }
+  }
+  return rows.map((r) => r.map((c, i) => cut(c, widths[i]!)));
+}
+
+/** `in 4m` from now to a later time; `due` when it has come. */
+function inRelative(ms: number, now: number): string {
+  const s = Math.ceil((ms - now) / 1000);
+  if (s <= 0) return 'due';
+  if (s < 60) return `in ${s}s`;
+  if (s < 3600) return `in ${Math.ceil(s / 60)}m`;
+  if (s < 48 * 3600) return `in ${Math.round(s / 3600)}h`;
+  return `in ${Math.round(s / 86_400)}d`;
+}
+
+/** `11-30 12:04:05` (UTC): the year and zone a terminal table can do without. */
+const shortTime = (ms: number) => new Date(ms).toISOString().slice(5, 19).replace('T', ' ');
+
+/** The table's columns that give way, by position. */
+const [SOURCE, DELIVERY, TYPE, LAST_ERROR] = [2, 3, 4, 8] as const;
+
+/** Ids and types give way first, then the error down to a few words, then ids and types, then the rest of the error, then ids again. */
+const LIST_STAGES = [
+  [
+    [DELIVERY, 12],
+    [TYPE, 14],
+    [SOURCE, 8],
+  ],
+  [[LAST_ERROR, 24]],
+  [
+    [DELIVERY, 10],
+    [TYPE, 10],
+    [SOURCE, 6],
+  ],
+  [[LAST_ERROR, 8]],
+  [
+    [DELIVERY, 6],
+    [TYPE, 6],
+  ],
+] as const satisfies readonly (readonly [number, number])[][];
 
 export function registerEvents(program: Command, io: CliIo): void {
   const events = program.command('events').description('inspect stored events');
@@ -118,7 +256,17 @@ export function registerEvents(program: Command, io: CliIo): void {
     .description('stored events, newest first')
     .option('--status <status>', `only events with this status (${EVENT_STATUSES.join(', ')})`, statusFlag)
     .option('--source <source>', 'only events from this source')
+    .option('--type <type>', 'only events of this type: exact, or a pattern when it has * (any characters) or ? (one), e.g. "invoice.*"')
+    .option('--since <time>', 'received at or after: ISO 8601 (UTC without a zone) or an age (30m, 2h, 3d, 1w)', timeFlag('--since', io.now))
+    .option('--until <time>', 'received before: ISO 8601 (UTC without a zone) or an age (30m, 2h, 3d, 1w)', timeFlag('--until', io.now))
+    .option('--search <text>', 'only events whose body contains this text (exact bytes, case-sensitive)')
+    .option(
+      '--scan-limit <n>',
+      `--search reads the bodies of at most the N newest events matching the other filters (default ${DEFAULT_SCAN_LIMIT})`,
+      positiveInt('--scan-limit'),
+    )
     .option('--limit <n>', `at most N events (default ${DEFAULT_LIST_LIMIT})`, positiveInt('--limit'))
+    .option('--wide', `every column whole, times in full (the table is cut to ${LIST_WIDTH} columns otherwise)`)
     .option('--json', 'print one JSON document (an array)')
     .action((options: ListOptions) => listEvents(options, io));
 
@@ -131,29 +279,58 @@ export function registerEvents(program: Command, io: CliIo): void {
 /** `receiver events list`: stored events, newest first. */
 export async function listEvents(options: ListOptions, io: CliIo): Promise<void> {
   const config = configFrom(options, io.env, { secrets: false });
+  if (options.search === '') throw new ReceiverError('usage', '--search needs a text to look for', { hint: 'e.g. --search cus_123' });
+  if (options.scanLimit !== undefined && options.search === undefined) {
+    throw new ReceiverError('usage', '--scan-limit bounds --search, which is not given', { hint: 'add --search TEXT, or leave out --scan-limit' });
+  }
+  const pattern = options.type !== undefined && /[*?]/.test(options.type);
+  const query = {
+    status: options.status,
+    source: options.source,
+    ...(pattern ? { eventTypeGlob: options.type } : { eventType: options.type }),
+    receivedFrom: options.since,
+    receivedBefore: options.until,
+    limit: options.limit ?? DEFAULT_LIST_LIMIT,
+  };
+  const scanLimit = options.scanLimit ?? DEFAULT_SCAN_LIMIT;
   const store = await openStoreFor(config);
   let list: EventSummary[];
+  let scanLimitReached = false;
   try {
-    list = await store.listEvents({ status: options.status, source: options.source, limit: options.limit ?? DEFAULT_LIST_LIMIT });
+    if (options.search === undefined) list = await store.listEvents(query);
+    else ({ events: list, scanLimitReached } = await store.searchEvents({ ...query, bodyContains: options.search, scanLimit }));
   } finally {
     await store.close();
   }
+  if (list.length === 0 && options.source !== undefined && !config.sources.has(options.source)) {
+    // A misspelt source lists nothing, as a quiet source does: say which it is.
+    const configured = [...config.sources.keys()].map(p).join(', ') || '(none)';
+    io.stderr.write(`Warning: no source named "${p(options.source)}" in the configuration; configured: ${configured}\n`);
+  }
+  if (scanLimitReached) {
+    io.stderr.write(
+      `Note: --search read the bodies of the ${scanLimit} newest events matching the other filters only; older ones were not searched (narrow with --since, --source or --type, or raise --scan-limit)\n`,
+    );
+  }
   if (options.json === true) return printJson(io.stdout, list.map(summaryJson));
   if (list.length === 0) return void io.stdout.write('No events.\n');
-  const rows = [['ID', 'RECEIVED', 'SOURCE', 'DELIVERY ID', 'TYPE', 'STATUS', 'ATTEMPTS', 'LAST ERROR']];
+  const wide = options.wide === true;
+  const now = io.now();
+  const rows = [['ID', 'RECEIVED', 'SOURCE', 'DELIVERY ID', 'TYPE', 'STATUS', 'ATTEMPTS', 'NEXT', 'LAST ERROR']];
   for (const e of list) {
     rows.push([
       String(e.id),
-      new Date(e.receivedAt).toISOString(),
+      wide ? new Date(e.receivedAt).toISOString() : shortTime(e.receivedAt),
       p(e.source),
       p(e.deliveryId),
       p(e.eventType),
       e.status,
       String(e.attempts),
-      oneLine(e.lastError, 60),
+      e.status === 'pending' ? inRelative(e.nextAttemptAt, now) : '',
+      oneLine(e.lastError, Number.MAX_SAFE_INTEGER),
     ]);
   }
-  io.stdout.write(`${table(rows)}\n`);
+  io.stdout.write(`${table(wide ? rows : fitTable(rows, LIST_STAGES, LIST_WIDTH))}\n`);
 }
 
 /** `receiver events show <id>`: one event with its headers, body, attempts, effects and conflicts. */
@@ -188,6 +365,85 @@ function routesSection(e: ReturnType<typeof detailJson>): string[] {
   return [head, ...e.routeDecisions.map((d) => `    ${printable(d)}`)];
 }
 
+const JSON_WS = new Set([' ', '\t', '\n', '\r']);
+
+/**
+ * JSON text indented by 2, or undefined when it is not JSON. Only the whitespace between
+ * tokens changes: numbers keep every digit, keys their order and repeats (a parse and
+ * stringify would round 12345678901234567890 and drop a repeated key).
+ */
+export function indentJson(text: string): string | undefined {
+  try {
+    JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  let out = '';
+  let depth = 0;
+  const newline = () => `\n${'  '.repeat(depth)}`;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]!;
+    if (c === '"') {
+      let j = i + 1;
+      while (text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
+      out += text.slice(i, j + 1);
+      i = j;
+    } else if (c === '{' || c === '[') {
+      let j = i + 1;
+      while (JSON_WS.has(text[j]!)) j++;
+      if (text[j] === '}' || text[j] === ']') {
+        out += c + text[j]!;
+        i = j;
+      } else {
+        depth += 1;
+        out += c + newline();
+      }
+    } else if (c === '}' || c === ']') {
+      depth -= 1;
+      out += newline() + c;
+    } else if (c === ',') out += `,${newline()}`;
+    else if (c === ':') out += ': ';
+    else if (!JSON_WS.has(c)) out += c;
+  }
+  return out;
+}
+
+/** A content-type that says JSON: application/json, application/vnd.api+json, text/json. */
+const isJsonType = (headers: Record<string, string> | null) => /json/i.test(headers?.['content-type'] ?? '');
+
+/** What a conflict's body shows at most; --json has all of it. */
+const CONFLICT_BODY_LINES = 40;
+const CONFLICT_BODY_CHARS = 4000;
+
+/** The first lines of a text, within both bounds; the last line says what was left out. */
+function clip(lines: readonly string[], maxLines: number, maxChars: number): string[] {
+  const kept: string[] = [];
+  let chars = 0;
+  for (const line of lines) {
+    if (kept.length === maxLines || chars + line.length > maxChars) {
+      const cutLine = kept.length < maxLines && chars < maxChars ? [line.slice(0, maxChars - chars)] : [];
+      const left = lines.length - kept.length - cutLine.length;
+      return [...kept, ...cutLine, `… ${left > 0 ? `${left} more line(s)` : 'the rest of the line'}; --json has the whole body`];
+    }
+    kept.push(line);
+    chars += line.length + 1;
+  }
+  return kept;
+}
+
+/** A stored body for text output: JSON indented when its content-type says JSON, else as received. */
+function bodyLines(b: { headers: Record<string, string> | null; body: string | null; bodyEncoding: 'utf8' | 'base64' | null }): {
+  lines: string[];
+  indented: boolean;
+} {
+  if (b.body === null) return { lines: ['(dropped by purge --bodies-days)'], indented: false };
+  if (b.bodyEncoding === 'base64') return { lines: [`(not UTF-8; base64) ${b.body}`], indented: false };
+  const indented = isJsonType(b.headers) ? indentJson(b.body) : undefined;
+  return { lines: printable(indented ?? b.body, { keepLines: true }).split('\n'), indented: indented !== undefined };
+}
+
+const replays = (e: ReturnType<typeof detailJson>) => e.attemptLog.at(-1)?.replay ?? 0;
+
 function describeEvent(e: ReturnType<typeof detailJson>): string {
   // Every value a sender chose (ids, type, headers, body, effect keys, errors and output
   // quoting them) goes through printable(): text output is read in a terminal.
@@ -195,23 +451,24 @@ function describeEvent(e: ReturnType<typeof detailJson>): string {
     `event ${e.id}: ${p(e.source)} / ${p(e.deliveryId)} (${p(e.eventType)})`,
     `  status:     ${e.status}${e.status === 'processing' ? ` (lease ${p(e.leaseOwner ?? '?')} until ${e.leaseExpiresAt ?? '?'})` : ''}${e.forceEffects ? ' [replayed with --force]' : ''}`,
     `  received:   ${e.receivedAt}${e.duplicates > 0 ? `, ${e.duplicates} duplicate(s) since` : ''}`,
-    `  attempts:   ${e.attempts}${e.status === 'pending' ? `, next at ${e.nextAttemptAt}` : ''}${e.finishedAt === null ? '' : `, finished ${e.finishedAt}`}`,
+    `  attempts:   ${e.attempts}${replays(e) > 0 ? ` since the last replay (${e.attemptLog.at(-1)!.number} in all, ${replays(e)} replay(s))` : ''}${e.status === 'pending' ? `, next at ${e.nextAttemptAt}` : ''}${e.finishedAt === null ? '' : `, finished ${e.finishedAt}`}`,
   ];
   if (e.lastError !== null) out.push(`  last error: ${oneLine(e.lastError, 200)}`);
   out.push(...routesSection(e));
   out.push('headers:');
   if (e.headers === null) out.push('  (dropped by purge --bodies-days)');
   else for (const [k, v] of Object.entries(e.headers)) out.push(`  ${p(k)}: ${p(v)}`);
-  out.push(`body (sha256 ${e.bodySha256}):`);
-  if (e.body === null) out.push('  (dropped by purge --bodies-days)');
-  else if (e.bodyEncoding === 'base64') out.push(`  (not UTF-8; base64) ${e.body}`);
-  else out.push(printable(e.body, { keepLines: true }));
+  const body = bodyLines(e);
+  out.push(`body (sha256 ${e.bodySha256}${body.indented ? '; JSON shown indented, --json has it as received' : ''}):`);
+  out.push(...(e.body === null || e.bodyEncoding === 'base64' ? body.lines.map((l) => `  ${l}`) : body.lines));
   out.push('attempts:');
   if (e.attemptLog.length === 0) out.push('  (none yet)');
-  for (const a of e.attemptLog) {
+  for (const [i, a] of e.attemptLog.entries()) {
+    // The stored attempt number is the retry counter, which a replay resets: #n counts on.
+    if (a.replay > (e.attemptLog[i - 1]?.replay ?? 0)) out.push(`  -- replay: the retry counter started again here (attempt ${a.attempt}); #n counts on --`);
     out.push(
       // The run key only where it is not the effect key itself (a forced run's own key).
-      `  #${a.attempt} ${a.startedAt} ${p(a.route)} ${p(a.effectKey)} ${a.outcome}${a.forced ? ' (forced)' : ''}${a.runKey === null || a.runKey === a.effectKey ? '' : ` [run key ${p(a.runKey)}]`}${a.error === null ? '' : `: ${oneLine(a.error, 120)}`}`,
+      `  #${a.number} ${a.startedAt} ${p(a.route)} ${p(a.effectKey)} ${a.outcome}${a.forced ? ' (forced)' : ''}${a.runKey === null || a.runKey === a.effectKey ? '' : ` [run key ${p(a.runKey)}]`}${a.error === null ? '' : `: ${oneLine(a.error, 120)}`}`,
     );
     // What the effect printed (its tail), for a success as much as for a failure.
     if (a.output !== null && a.output.trim() !== '') {
@@ -221,13 +478,24 @@ function describeEvent(e: ReturnType<typeof detailJson>): string {
   }
   out.push('effects:');
   if (e.effects.length === 0) out.push('  (none)');
-  for (const f of e.effects)
-    out.push(
-      `  ${p(f.effectKey)}: ${f.status}, ${f.runs} run(s)${f.forcedRuns > 0 ? `, ${f.forcedRuns} forced` : ''}${f.eventId === e.id ? '' : ` (last run by event ${f.eventId})`}`,
-    );
+  for (const f of e.effects) {
+    // Counted from this event's attempts: the ledger's `runs` counts every event's, ok or not.
+    const forced = e.attemptLog.filter((a) => a.effectKey === f.effectKey && a.forced && ['ok', 'failed', 'running'].includes(a.outcome)).length;
+    const runs = [
+      `${f.okRuns} ok`,
+      `${f.failedRuns} failed`,
+      ...(f.runningRuns > 0 ? [`${f.runningRuns} running`] : []),
+      ...(forced > 0 ? [`${forced} forced`] : []),
+    ];
+    const counted = f.okRuns + f.failedRuns + f.runningRuns === 0 ? 'not run by this event' : runs.join(', ');
+    out.push(`  ${p(f.effectKey)}: ${f.status}: ${counted}${f.eventId === e.id ? '' : ` (last run by event ${f.eventId})`}`);
+  }
   if (e.conflicts.length > 0) {
     out.push('conflicts (same delivery id, different body):');
-    for (const c of e.conflicts) out.push(`  ${c.receivedAt} sha256 ${c.bodySha256}${c.repeats > 0 ? `, ${c.repeats} repeat(s) since` : ''}`);
+    for (const c of e.conflicts) {
+      out.push(`  ${c.receivedAt} sha256 ${c.bodySha256}${c.repeats > 0 ? `, ${c.repeats} repeat(s) since` : ''}:`);
+      for (const line of clip(bodyLines(c).lines, CONFLICT_BODY_LINES, CONFLICT_BODY_CHARS)) out.push(`    ${line}`);
+    }
   }
   return `${out.join('\n')}\n`;
 }

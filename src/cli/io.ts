@@ -8,12 +8,14 @@ export interface CliIo {
   /** `isTTY`: a terminal, where a command may draw a progress line (catch-up). */
   stderr: { write(text: string): unknown; isTTY?: boolean };
   now: () => number;
+  /** Standard input, for a command that reads it (`send-test --body -`); absent in tests that give none. */
+  stdin?: AsyncIterable<Buffer | string>;
   /** Where `env:` secrets and the RECEIVER_* settings are read. */
   env: NodeJS.ProcessEnv;
 }
 
 export function processIo(): CliIo {
-  return { stdout: process.stdout, stderr: process.stderr, now: Date.now, env: process.env };
+  return { stdout: process.stdout, stderr: process.stderr, stdin: process.stdin, now: Date.now, env: process.env };
 }
 
 /**

@@ -57,4 +57,6 @@ export const asaas: Provider = {
       }),
     );
   },
+
+  eventTypeAt: () => ({ body: ['event'] }),
 };

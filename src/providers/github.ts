@@ -53,4 +53,6 @@ export const github: Provider = {
       }),
     );
   },
+
+  eventTypeAt: () => ({ header: 'x-github-event' }),
 };

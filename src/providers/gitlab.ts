@@ -86,4 +86,6 @@ export const gitlab: Provider = {
       }),
     );
   },
+
+  eventTypeAt: () => ({ header: 'x-gitlab-event' }),
 };

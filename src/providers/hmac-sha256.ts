@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { resolveTemplate, parseBody, checkTemplate } from '../template.js';
 import { payloadError, verificationError } from '../errors.js';
-import type { Delivery, Provider, ResolvedSource } from './types.js';
+import type { Delivery, EventTypePlace, Provider, ResolvedSource } from './types.js';
 import { anyMatches, bodyHashId, checkTolerance, decodeSignature, header, hmac, parseUnixSeconds, requireHeader } from './util.js';
 
 /** The bytes signed: the `signedPayload` template with `{timestamp}` and `{body}` (default: the body). */
@@ -29,6 +29,13 @@ export function identifyByTemplate(d: Delivery, source: ResolvedSource) {
   if (id === undefined) throw payloadError(`delivery id template ${template} resolved to nothing for this body`);
   const type = source.options.eventType === undefined ? undefined : resolveTemplate(source.options.eventType, ctx);
   return { deliveryId: id, eventType: type ?? 'unknown' };
+}
+
+/** Where the `eventType` template reads the type, when it is one placeholder alone (`{body.type}`, `{header.x-event}`). */
+export function templateEventTypeAt(options: ResolvedSource['options']): EventTypePlace | undefined {
+  const m = /^\{(body|header)\.([^{}]+)\}$/.exec(options.eventType ?? '');
+  if (m === null) return undefined;
+  return m[1] === 'header' ? { header: m[2]!.toLowerCase() } : { body: m[2]!.split('.') };
 }
 
 export function validateTemplates(options: ResolvedSource['options']): string[] {
@@ -106,4 +113,6 @@ export const hmacSha256: Provider = {
   sample() {
     return Buffer.from(JSON.stringify({ id: `test_${randomBytes(8).toString('hex')}`, type: 'test.event', data: { ok: true } }));
   },
+
+  eventTypeAt: templateEventTypeAt,
 };

@@ -61,4 +61,6 @@ export const lemonsqueezy: Provider = {
       }),
     );
   },
+
+  eventTypeAt: () => ({ header: 'x-event-name', body: ['meta', 'event_name'] }),
 };

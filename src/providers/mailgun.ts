@@ -135,4 +135,6 @@ export const mailgun: Provider = {
       }),
     );
   },
+
+  eventTypeAt: () => ({ body: ['event-data', 'event'] }),
 };

@@ -103,4 +103,6 @@ export const mailwebhook: Provider = {
       }),
     );
   },
+
+  eventTypeAt: () => ({ body: ['type'] }),
 };

@@ -1,5 +1,5 @@
 import type { Provider } from './types.js';
-import { identifyByTemplate, hmacSha256, validateTemplates } from './hmac-sha256.js';
+import { identifyByTemplate, hmacSha256, templateEventTypeAt, validateTemplates } from './hmac-sha256.js';
 
 /** No verification at all. For local testing only: `serve` warns on every start. */
 export const none: Provider = {
@@ -16,4 +16,5 @@ export const none: Provider = {
     return { headers: {} };
   },
   sample: hmacSha256.sample,
+  eventTypeAt: templateEventTypeAt,
 };

@@ -82,4 +82,6 @@ export const paddle: Provider = {
       }),
     );
   },
+
+  eventTypeAt: () => ({ body: ['event_type'] }),
 };

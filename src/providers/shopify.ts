@@ -68,4 +68,6 @@ export const shopify: Provider = {
       }),
     );
   },
+
+  eventTypeAt: () => ({ header: 'x-shopify-topic' }),
 };

@@ -102,4 +102,7 @@ export const slack: Provider = {
       }),
     );
   },
+
+  // An event_callback's type is its inner event's (the sample is one).
+  eventTypeAt: () => ({ body: ['event', 'type'] }),
 };

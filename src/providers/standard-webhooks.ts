@@ -90,4 +90,6 @@ export const standardWebhooks: Provider = {
       JSON.stringify({ type: 'subscription.created', timestamp: new Date().toISOString(), data: { id: `sub_${randomBytes(6).toString('hex')}` } }),
     );
   },
+
+  eventTypeAt: () => ({ body: ['type'] }),
 };

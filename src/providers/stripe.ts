@@ -58,4 +58,6 @@ export const stripe: Provider = {
       }),
     );
   },
+
+  eventTypeAt: () => ({ body: ['type'] }),
 };

@@ -77,6 +77,15 @@ export const PROVIDER_FIELDS = [
 ] as const;
 export type ProviderField = (typeof PROVIDER_FIELDS)[number];
 
+/**
+ * Where a delivery names its event type, for `send-test --type`: a header, a field of a
+ * JSON body (its path), or both (the sender writes both; identify reads the header first).
+ */
+export interface EventTypePlace {
+  header?: string;
+  body?: readonly string[];
+}
+
 export interface Provider {
   readonly name: string;
   /**
@@ -110,6 +119,8 @@ export interface Provider {
   sign(body: Buffer, secret: string, now: number, source: ResolvedSource, url: string): SignedRequest;
   /** A realistic sample delivery body for `receiver send-test`. */
   sample(now: number): Buffer;
+  /** Where identify reads the event type (see EventTypePlace); absent when no one place names it. */
+  eventTypeAt?(options: SourceConfig): EventTypePlace | undefined;
 }
 
 export interface SignedRequest {

@@ -11,6 +11,8 @@ import type {
   ReplayRefusal,
   ReplayResult,
   RouteFailures,
+  SearchEventsQuery,
+  SearchEventsResult,
   StoreStats,
 } from './ops-types.js';
 import { EVENT_STATUSES } from './ops-types.js';
@@ -242,11 +244,9 @@ export function* replayDead(d: Dialect, options: ReplayOptions): Steps<ReplayRes
   );
 }
 
-/** `events list` and the admin list: newest first, every filter given ANDed, keyset by id. */
-export function* listEvents(d: Dialect, query: ListEventsQuery): Steps<EventSummary[]> {
+/** The list's filters as a WHERE (and the CTE it needs), their parameters pushed through `p` in order. */
+function listFilters(d: Dialect, query: ListEventsQuery, p: (value: unknown) => string): { prefix: string; where: string } {
   const where: string[] = [];
-  const params: unknown[] = [];
-  const p = (value: unknown) => d.placeholder(params.push(value));
   let prefix = '';
   if (query.status !== undefined) {
     if (!EVENT_STATUSES.includes(query.status)) throw new TypeError(`unknown status ${String(query.status)}`);
@@ -267,11 +267,45 @@ export function* listEvents(d: Dialect, query: ListEventsQuery): Steps<EventSumm
     where.push(`substr(delivery_id, 1, length(${p(query.deliveryIdPrefix)})) = ${p(query.deliveryIdPrefix)}`);
   }
   if (query.eventType !== undefined) where.push(`event_type = ${p(query.eventType)}`);
+  if (query.eventTypeGlob !== undefined) where.push(d.globMatch('event_type', p(d.globPattern(query.eventTypeGlob))));
   if (query.receivedFrom !== undefined) where.push(`received_at >= ${p(query.receivedFrom)}`);
   if (query.receivedBefore !== undefined) where.push(`received_at < ${p(query.receivedBefore)}`);
   if (query.beforeId !== undefined) where.push(`id < ${p(query.beforeId)}`);
-  const sql = `${prefix} SELECT ${SUMMARY_COLUMNS} FROM events ${where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY id DESC LIMIT ${p(query.limit)}`;
+  return { prefix, where: where.length > 0 ? `WHERE ${where.join(' AND ')}` : '' };
+}
+
+/** Placeholders numbered in the order values are pushed, for statements built per query. */
+function parameters(d: Dialect) {
+  const params: unknown[] = [];
+  return { params, p: (value: unknown) => d.placeholder(params.push(value)) };
+}
+
+/** `events list` and the admin list: newest first, every filter given ANDed, keyset by id. */
+export function* listEvents(d: Dialect, query: ListEventsQuery): Steps<EventSummary[]> {
+  const { params, p } = parameters(d);
+  const { prefix, where } = listFilters(d, query, p);
+  const sql = `${prefix} SELECT ${SUMMARY_COLUMNS} FROM events ${where} ORDER BY id DESC LIMIT ${p(query.limit)}`;
   return (yield* rows<EventSummaryRow>(sql, params)).map(toSummary);
+}
+
+/**
+ * `events list --search`: the `scanLimit` newest events matching the filters, then those
+ * whose body contains the text. Run in one read snapshot, so the second statement (are
+ * there older events the bound left unsearched?) sees what the first one did.
+ */
+export function* searchEvents(d: Dialect, query: SearchEventsQuery): Steps<SearchEventsResult> {
+  const search = parameters(d);
+  const { prefix, where } = listFilters(d, query, search.p);
+  const window = `SELECT ${SUMMARY_COLUMNS}, body FROM events ${where} ORDER BY id DESC LIMIT ${search.p(query.scanLimit)}`;
+  const contains = d.bytesContain('body', search.p(Buffer.from(query.bodyContains, 'utf8')));
+  const sql = `${prefix} SELECT ${SUMMARY_COLUMNS} FROM (${window}) AS scanned WHERE ${contains} ORDER BY id DESC LIMIT ${search.p(query.limit)}`;
+  const events = (yield* rows<EventSummaryRow>(sql, search.params)).map(toSummary);
+  // A full page is what an unbounded search would have shown first: the bound cut nothing.
+  if (events.length >= query.limit) return { events, scanLimitReached: false };
+  const beyond = parameters(d);
+  const rest = listFilters(d, query, beyond.p);
+  const older = `${rest.prefix} SELECT id FROM events ${rest.where} ORDER BY id DESC LIMIT 1 OFFSET ${beyond.p(query.scanLimit)}`;
+  return { events, scanLimitReached: (yield* first<{ id: number }>(older, beyond.params)) !== undefined };
 }
 
 /** Events received since `since`, per hour and outcome (status now, or conflict), oldest hour first. */
@@ -353,6 +387,7 @@ export type SharedOps = Pick<
   | 'replayEvents'
   | 'replayDead'
   | 'listEvents'
+  | 'searchEvents'
   | 'deliveriesPerHour'
   | 'effectFailuresByRoute'
   | 'getEvent'
@@ -374,6 +409,7 @@ export function sharedOps(d: Dialect, run: StepRunner): SharedOps {
     replayEvents: (eventIds, options) => run.write('replay', () => replayEvents(d, eventIds, options)),
     replayDead: (options) => run.write('replay', () => replayDead(d, options)),
     listEvents: (query) => run.alone('events list', listEvents(d, query)),
+    searchEvents: (query) => run.snapshot('events list', () => searchEvents(d, query)),
     deliveriesPerHour: (since) => run.alone('admin overview', deliveriesPerHour(d, since)),
     effectFailuresByRoute: (since) => run.alone('admin overview', effectFailuresByRoute(d, since)),
     getEvent: (eventId) => run.snapshot('events show', () => getEvent(d, eventId)),

@@ -94,7 +94,10 @@ export interface ReplayOptions {
 export interface ListEventsQuery {
   status?: EventStatus | undefined;
   source?: string | undefined;
+  /** This event type exactly. */
   eventType?: string | undefined;
+  /** Event types matching this glob: `*` any run of characters, `?` one; case-sensitive. */
+  eventTypeGlob?: string | undefined;
   /** This delivery id exactly (in any source unless `source` is set). */
   deliveryId?: string | undefined;
   /** Delivery ids starting with this text. */
@@ -110,6 +113,27 @@ export interface ListEventsQuery {
   beforeId?: number | undefined;
   /** At most this many, newest first. */
   limit: number;
+}
+
+/** `events list --search`: the list's filters, and the body must contain a text. */
+export interface SearchEventsQuery extends ListEventsQuery {
+  /** The body's bytes contain this text's UTF-8 bytes (case-sensitive). */
+  bodyContains: string;
+  /**
+   * Bodies of at most this many events are searched: the newest that match the other
+   * filters. A search is a scan; this bounds what one command can cost.
+   */
+  scanLimit: number;
+}
+
+export interface SearchEventsResult {
+  /** Newest first, at most `limit`. */
+  events: EventSummary[];
+  /**
+   * True when fewer than `limit` events were found and older events matching the other
+   * filters were left unsearched by `scanLimit`: the answer may be incomplete.
+   */
+  scanLimitReached: boolean;
 }
 
 /** One row of `events list`. */
@@ -169,6 +193,8 @@ export interface ConflictRow {
   bodySha256: string;
   /** Deliveries of the same differing body since. */
   repeats: number;
+  /** Its request headers (signatures redacted) as first received; null after tiered retention dropped them. */
+  headers: Record<string, string> | null;
   /** The differing body as first received; null after tiered retention dropped it. */
   body: Buffer | null;
 }
@@ -318,6 +344,12 @@ export interface OpsStore {
 
   /** Newest first (by id), every filter given applied (AND). */
   listEvents(query: ListEventsQuery): Promise<EventSummary[]>;
+
+  /**
+   * listEvents whose body contains a text, searching only the `scanLimit` newest events
+   * that match the other filters (one read snapshot). Events whose body was dropped never match.
+   */
+  searchEvents(query: SearchEventsQuery): Promise<SearchEventsResult>;
 
   /**
    * Events received since `since` (ms), counted per hour and outcome, oldest hour first.

@@ -119,13 +119,14 @@ export interface ConflictDbRow {
   received_at: number;
   body_sha256: string;
   repeats: number;
+  headers: JsonColumn;
   body: Buffer | null;
 }
 
-export const CONFLICT_COLUMNS = 'id, received_at, body_sha256, repeats, body';
+export const CONFLICT_COLUMNS = 'id, received_at, body_sha256, repeats, headers, body';
 
 export function toConflict(c: ConflictDbRow): ConflictRow {
-  return { id: c.id, receivedAt: c.received_at, bodySha256: c.body_sha256, repeats: c.repeats, body: c.body };
+  return { id: c.id, receivedAt: c.received_at, bodySha256: c.body_sha256, repeats: c.repeats, headers: jsonObject(c.headers), body: c.body };
 }
 
 export interface EventDetailDbRow extends EventSummaryRow {

@@ -67,6 +67,15 @@ export interface Dialect {
   /** The value bound for `idList` (numbers) or `textList` (texts). */
   ids(ids: readonly number[] | readonly string[]): unknown;
   /**
+   * `column` matches the pattern bound at `placeholder`, case-sensitively: SQLite's GLOB
+   * (its LIKE ignores ASCII case), PostgreSQL's LIKE. Bind `globPattern(glob)`.
+   */
+  globMatch(column: string, placeholder: string): string;
+  /** A glob (`*` any run of characters, `?` one character, nothing else special) as globMatch's pattern. */
+  globPattern(glob: string): string;
+  /** A BLOB (SQLite) or bytea (PostgreSQL) column contains the bytes bound at `placeholder` (a Buffer); NULL never does. */
+  bytesContain(column: string, placeholder: string): string;
+  /**
    * A transaction-scoped lock on one effect key that serialises every decision about it
    * across processes (PostgreSQL's advisory lock); absent where the write lock already
    * serialises every writer (SQLite).

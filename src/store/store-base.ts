@@ -2,7 +2,7 @@ import type { CatchUpRunRecord, CatchUpStore, FetchedEvent } from './catch-up-ty
 import type { ModuleEffect } from './drain-steps.js';
 import type { AttemptRecord, DrainStore, EffectFinish, EffectStart, Lease, TransactionalOutcome } from './drain-types.js';
 import type { SharedOps } from './ops-steps.js';
-import type { ListEventsQuery, ReplayOptions } from './ops-types.js';
+import type { ListEventsQuery, ReplayOptions, SearchEventsQuery } from './ops-types.js';
 
 /** A store's function for each DrainStore method: the same arguments, after the connection it runs on. */
 type OnConnection<C, T> = { [K in keyof T]: T[K] extends (...args: infer A) => infer R ? (c: C, ...args: A) => R : never };
@@ -103,6 +103,9 @@ export abstract class StoreBase<C> implements Omit<DrainStore, 'claimsAreLocal'>
   }
   listEvents(query: ListEventsQuery) {
     return this.sharedOps.listEvents(query);
+  }
+  searchEvents(query: SearchEventsQuery) {
+    return this.sharedOps.searchEvents(query);
   }
   deliveriesPerHour(since: number) {
     return this.sharedOps.deliveriesPerHour(since);

@@ -90,7 +90,7 @@ describe('receiver events', () => {
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('--status must be one of pending, processing, done, dead');
     const human = await runInProcess(['events', 'list', '-c', config]);
-    expect(human.stdout.split('\n')[0]).toMatch(/^ID\s+RECEIVED\s+SOURCE\s+DELIVERY ID\s+TYPE\s+STATUS\s+ATTEMPTS\s+LAST ERROR$/);
+    expect(human.stdout.split('\n')[0]).toMatch(/^ID\s+RECEIVED\s+SOURCE\s+DELIVERY ID\s+TYPE\s+STATUS\s+ATTEMPTS\s+NEXT\s+LAST ERROR$/);
     expect(human.stdout).toContain('gh-2');
   });
 
@@ -112,6 +112,8 @@ describe('receiver events', () => {
     expect(e.attemptLog).toEqual([
       {
         attempt: 1,
+        number: 1,
+        replay: 0,
         route: 'issue-licence',
         effectKey: 'issue-licence:cus_9',
         runKey: 'issue-licence:cus_9',
@@ -124,6 +126,8 @@ describe('receiver events', () => {
       },
       {
         attempt: 1,
+        number: 2,
+        replay: 1,
         route: 'issue-licence',
         effectKey: 'issue-licence:cus_9',
         runKey: 'issue-licence:cus_9#forced-1',
@@ -145,12 +149,25 @@ describe('receiver events', () => {
         version: null,
         runs: 1,
         forcedRuns: 0,
+        okRuns: 2,
+        failedRuns: 0,
+        runningRuns: 0,
         startedAt: new Date(t0 + 1000).toISOString(),
         finishedAt: new Date(t0 + 1010).toISOString(),
         lastError: null,
       },
     ]);
-    expect(e.conflicts).toEqual([{ id: expect.any(Number), receivedAt: new Date(t0 + 5000).toISOString(), bodySha256: 'f'.repeat(64), repeats: 1 }]);
+    expect(e.conflicts).toEqual([
+      {
+        id: expect.any(Number),
+        receivedAt: new Date(t0 + 5000).toISOString(),
+        bodySha256: 'f'.repeat(64),
+        repeats: 1,
+        headers: { 'content-type': 'application/json' },
+        body: '{"other":true}',
+        bodyEncoding: 'utf8',
+      },
+    ]);
   });
 
   it('show: a body that is not UTF-8 comes as base64 with its encoding; human output prints the event', async () => {
@@ -164,14 +181,14 @@ describe('receiver events', () => {
     const human = await runInProcess(['events', 'show', '-c', config, String(ids[0])]);
     expect(human.code).toBe(0);
     expect(human.stdout).toContain(`event ${ids[0]}: stripe / evt_1 (invoice.paid)`);
-    expect(human.stdout).toContain('issue-licence:cus_9: done, 1 run(s)');
+    expect(human.stdout).toContain('issue-licence:cus_9: done: 2 ok, 0 failed, 1 forced\n');
     // The run key shows where it is not the effect key: a forced run's.
     expect(human.stdout).toContain(`#1 ${new Date(t0 + 1000).toISOString()} issue-licence issue-licence:cus_9 ok\n`);
     expect(human.stdout).toContain(
-      `#1 ${new Date(t0 + 2000).toISOString()} issue-licence issue-licence:cus_9 ok (forced) [run key issue-licence:cus_9#forced-1]\n`,
+      `#2 ${new Date(t0 + 2000).toISOString()} issue-licence issue-licence:cus_9 ok (forced) [run key issue-licence:cus_9#forced-1]\n`,
     );
-    // The same differing body twice: one conflict, counted.
-    expect(human.stdout).toContain(`${new Date(t0 + 5000).toISOString()} sha256 ${'f'.repeat(64)}, 1 repeat(s) since`);
+    // The same differing body twice: one conflict, counted, with its body indented (it is JSON).
+    expect(human.stdout).toContain(`  ${new Date(t0 + 5000).toISOString()} sha256 ${'f'.repeat(64)}, 1 repeat(s) since:\n    {\n      "other": true\n    }\n`);
   });
 
   describe('sender-chosen text with control characters', () => {
@@ -196,10 +213,14 @@ describe('receiver events', () => {
     const raw = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202e]/;
 
     it('list and show print them escaped, never raw', async () => {
-      const list = await runInProcess(['events', 'list', '-c', config]);
+      const list = await runInProcess(['events', 'list', '-c', config, '--wide']);
       expect(list.code).toBe(0);
       expect(list.stdout).not.toMatch(raw);
       expect(list.stdout).toContain('evt_\\x1b]0;pwned\\x07\\x1b[2J\\x0d\\x0afake line');
+      // Cut to fit, still escaped.
+      const narrow = await runInProcess(['events', 'list', '-c', config]);
+      expect(narrow.stdout).not.toMatch(raw);
+      expect(narrow.stdout).toContain('evt_\\x1b]0;pwned…');
       expect(list.stdout).toContain('order.\\x9b31mpaid');
       const show = await runInProcess(['events', 'show', '-c', config, String(evil)]);
       expect(show.code).toBe(0);
@@ -231,6 +252,212 @@ describe('receiver events', () => {
         body: BODY,
         attemptLog: [{ output: OUTPUT, effectKey: 'mail:\u001b[8mhidden' }],
       });
+    });
+  });
+
+  describe('list: filters by type and time, body search, and a table that fits 100 columns', () => {
+    const own = tempDir();
+    let config: string;
+    const now = Date.UTC(2026, 10, 30, 12, 0, 0);
+    const MIN = 60_000;
+    let e: Record<string, number>;
+    beforeAll(() => {
+      config = writeConfig(own.dir, { sources: { stripe: { provider: 'stripe', secret: 'whsec_test' }, gh: { provider: 'github', secret: 'x' } } });
+      const db = seedDb(join(own.dir, 'receiver.db'));
+      e = {
+        paid: insertEvent(db, { deliveryId: 'evt_paid', eventType: 'invoice.paid', status: 'done', receivedAt: now - 3 * DAY, body: '{"customer":"cus_ann"}' }),
+        failed: insertEvent(db, {
+          deliveryId: 'evt_1PqRsT2eZvKYlo2C0a1b2c3d4e5f6g7h',
+          eventType: 'invoice.payment_failed.with_a_rather_long_name',
+          status: 'pending',
+          receivedAt: now - 2 * 3_600_000,
+          attempts: 3,
+          nextAttemptAt: now + 4 * MIN,
+          lastError: `exit status 1: ${'the licence server answered 503 Service Unavailable; '.repeat(4)}END`,
+          body: '{"customer":"cus_bob"}',
+        }),
+        refund: insertEvent(db, {
+          deliveryId: 'ch_1',
+          eventType: 'charge.refunded',
+          status: 'dead',
+          receivedAt: now - 30 * MIN,
+          body: '{"customer":"cus_ann"}',
+        }),
+        due: insertEvent(db, { deliveryId: 'evt_due', eventType: 'invoice.created', status: 'pending', receivedAt: now - 10 * MIN, nextAttemptAt: now - MIN }),
+      };
+      db.close();
+    });
+    afterAll(own.cleanup);
+    const ids = async (...args: string[]) => {
+      const r = await runInProcess(['events', 'list', '-c', config, '--json', ...args], { now: () => now });
+      expect(r.stderr).toBe('');
+      return JSON.parse(r.stdout).map((x: { id: number }) => x.id);
+    };
+
+    it('--type is exact, or a pattern with * and ?', async () => {
+      expect(await ids('--type', 'invoice.paid')).toEqual([e.paid]);
+      expect(await ids('--type', 'invoice')).toEqual([]);
+      expect(await ids('--type', 'invoice.*')).toEqual([e.due, e.failed, e.paid]);
+      expect(await ids('--type', '*.refunded')).toEqual([e.refund]);
+      expect(await ids('--type', 'invoice.pai?')).toEqual([e.paid]);
+    });
+
+    it('--since and --until take ISO 8601 (UTC without a zone) or an age; anything else is exit 2 naming the flag', async () => {
+      expect(await ids('--since', '1h')).toEqual([e.due, e.refund]);
+      expect(await ids('--since', '3h', '--until', '20m')).toEqual([e.refund, e.failed]);
+      expect(await ids('--since', '2d')).toEqual([e.due, e.refund, e.failed]);
+      expect(await ids('--until', '2026-11-28')).toEqual([e.paid]);
+      expect(await ids('--since', '2026-11-30T11:45')).toEqual([e.due]);
+      expect(await ids('--since', '2026-11-30T12:45+01:00')).toEqual([e.due]);
+      const bad = await runInProcess(['events', 'list', '-c', config, '--since', 'yesterday']);
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toContain('--since must be a time: ISO 8601 (2026-11-30, 2026-11-30T14:02 in UTC, or with a zone) or an age (30m, 2h, 3d, 1w)');
+      expect((await runInProcess(['events', 'list', '-c', config, '--until', '5x'])).code).toBe(2);
+    });
+
+    it('--search finds a text in bodies, and says on stderr when --scan-limit left older events unsearched', async () => {
+      expect(await ids('--search', 'cus_ann')).toEqual([e.refund, e.paid]);
+      expect(await ids('--search', 'cus_ann', '--type', 'invoice.*')).toEqual([e.paid]);
+      expect(await ids('--search', 'nobody')).toEqual([]);
+      const bounded = await runInProcess(['events', 'list', '-c', config, '--search', 'cus_ann', '--scan-limit', '2', '--json'], { now: () => now });
+      expect(bounded.code).toBe(0);
+      expect(JSON.parse(bounded.stdout).map((x: { id: number }) => x.id)).toEqual([e.refund]);
+      expect(bounded.stderr).toContain('--search read the bodies of the 2 newest events matching the other filters only; older ones were not searched');
+      const noSearch = await runInProcess(['events', 'list', '-c', config, '--scan-limit', '2']);
+      expect(noSearch.code).toBe(2);
+      expect(noSearch.stderr).toContain('--scan-limit bounds --search');
+    });
+
+    it('a source not in the configuration that lists nothing is named on stderr with the configured ones', async () => {
+      const r = await runInProcess(['events', 'list', '-c', config, '--source', 'strip']);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toBe('No events.\n');
+      expect(r.stderr).toBe('Warning: no source named "strip" in the configuration; configured: stripe, gh\n');
+      // A configured source with nothing stored is simply empty.
+      expect((await runInProcess(['events', 'list', '-c', config, '--source', 'gh'])).stderr).toBe('');
+    });
+
+    it('text: short times, NEXT for pending events, ids and error cut with … to fit 100 columns; --wide shows everything', async () => {
+      const r = await runInProcess(['events', 'list', '-c', config], { now: () => now });
+      const lines = r.stdout.trimEnd().split('\n');
+      expect(lines[0]).toMatch(/^ID\s+RECEIVED\s+SOURCE\s+DELIVERY ID\s+TYPE\s+STATUS\s+ATTEMPTS\s+NEXT\s+LAST ERROR$/);
+      for (const line of lines) expect(line.length).toBeLessThanOrEqual(100);
+      const failed = lines.find((l) => l.startsWith(`${e.failed} `))!;
+      expect(failed).toMatch(/^\d+\s+11-30 10:00:00\s+stripe\s+evt_1PqRsT…\s+invoice\.p…\s+pending\s+3\s+in 4m\s+exit status 1: the l…$/);
+      expect(failed.length).toBe(100);
+      expect(lines.find((l) => l.startsWith(`${e.due} `))).toMatch(/\spending\s+0\s+due$/);
+      expect(lines.find((l) => l.startsWith(`${e.paid} `))).toMatch(/\sdone\s+1$/);
+      const wide = await runInProcess(['events', 'list', '-c', config, '--wide'], { now: () => now });
+      expect(wide.stdout).toContain('2026-11-30T10:00:00.000Z  stripe  evt_1PqRsT2eZvKYlo2C0a1b2c3d4e5f6g7h  invoice.payment_failed.with_a_rather_long_name');
+      expect(wide.stdout).toContain('in 4m  exit status 1: the licence server answered 503');
+      expect(wide.stdout).toContain('Unavailable; END\n');
+    });
+  });
+
+  describe('show: JSON bodies indented, attempts numbered across replays, runs counted by outcome', () => {
+    const own = tempDir();
+    let config: string;
+    let id: number;
+    const BODY = '{"id":"evt_9","amount":12345678901234567890,"items":[],"nested":{"a":[1,{"b":null}]},"text":"a, b: {c}","q":"say \\"hi\\", \\\\"}';
+    // A differing body of 50 fields: the conflict shows its first 40 lines.
+    const CONFLICT = JSON.stringify(Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`f${i}`, i])));
+    beforeAll(() => {
+      config = writeConfig(own.dir, { sources: { stripe: { provider: 'stripe', secret: 'whsec_test' } } });
+      const db = seedDb(join(own.dir, 'receiver.db'));
+      id = insertEvent(db, { deliveryId: 'evt_9', status: 'done', receivedAt: t0, attempts: 1, body: BODY });
+      // Three failed tries of two routes, a replay, then one try: its stored attempt is 1 again.
+      let at = t0 + 1000;
+      for (const attempt of [1, 2, 3]) {
+        insertAttempt(db, id, { attempt, route: 'mail', effectKey: 'mail:evt_9', startedAt: (at += 1000), outcome: 'ok' });
+        insertAttempt(db, id, { attempt, route: 'crm', effectKey: 'crm:cus_9', startedAt: (at += 1000), outcome: 'failed', error: 'crm down' });
+      }
+      insertAttempt(db, id, { attempt: 1, route: 'mail', effectKey: 'mail:evt_9', startedAt: (at += 1000), outcome: 'skipped' });
+      insertAttempt(db, id, { attempt: 1, route: 'crm', effectKey: 'crm:cus_9', startedAt: (at += 1000), outcome: 'ok', forced: true });
+      insertEffect(db, { effectKey: 'crm:cus_9', eventId: id, at });
+      insertEffect(db, { effectKey: 'mail:evt_9', eventId: id, at: t0 });
+      db.prepare(
+        `INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES (?, 'stripe', 'evt_9', ?, 'c', ?, ?)`,
+      ).run(id, t0 + 500, JSON.stringify({ 'content-type': 'application/json; charset=utf-8' }), Buffer.from(CONFLICT));
+      db.prepare(
+        `INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES (?, 'stripe', 'evt_9', ?, 'd', ?, ?)`,
+      ).run(id, t0 + 600, JSON.stringify({ 'content-type': 'text/plain' }), Buffer.from('x'.repeat(10_000)));
+      db.close();
+    });
+    afterAll(own.cleanup);
+
+    it('prints a JSON body indented by 2, every token as received; --json keeps the bytes', async () => {
+      const r = await runInProcess(['events', 'show', '-c', config, String(id)]);
+      expect(r.stdout).toContain('; JSON shown indented, --json has it as received):\n');
+      expect(r.stdout).toContain(
+        [
+          '{',
+          '  "id": "evt_9",',
+          '  "amount": 12345678901234567890,',
+          '  "items": [],',
+          '  "nested": {',
+          '    "a": [',
+          '      1,',
+          '      {',
+          '        "b": null',
+          '      }',
+          '    ]',
+          '  },',
+          '  "text": "a, b: {c}",',
+          '  "q": "say \\"hi\\", \\\\"',
+          '}',
+          'attempts:',
+        ].join('\n'),
+      );
+      expect(JSON.parse((await runInProcess(['events', 'show', '-c', config, String(id), '--json'])).stdout).body).toBe(BODY);
+    });
+
+    it('prints a conflict with its body, indented, at most 40 lines or 4000 characters; --json has all of it', async () => {
+      const r = await runInProcess(['events', 'show', '-c', config, String(id)]);
+      const conflicts = r.stdout.slice(r.stdout.indexOf('conflicts (same delivery id, different body):\n'));
+      expect(conflicts.split('\n').slice(1, 4)).toEqual([`  ${new Date(t0 + 500).toISOString()} sha256 c:`, '    {', '      "f0": 0,']);
+      expect(conflicts).toContain('      "f38": 38,\n    … 12 more line(s); --json has the whole body\n');
+      expect(conflicts).not.toContain('"f39"');
+      expect(conflicts).toContain(
+        `  ${new Date(t0 + 600).toISOString()} sha256 d:\n    ${'x'.repeat(4000)}\n    … the rest of the line; --json has the whole body\n`,
+      );
+      const json = JSON.parse((await runInProcess(['events', 'show', '-c', config, String(id), '--json'])).stdout);
+      expect(json.conflicts).toEqual([
+        expect.objectContaining({ body: CONFLICT, bodyEncoding: 'utf8', headers: { 'content-type': 'application/json; charset=utf-8' } }),
+        expect.objectContaining({ body: 'x'.repeat(10_000), headers: { 'content-type': 'text/plain' } }),
+      ]);
+    });
+
+    it('numbers attempts on across a replay and marks where it started; counts ok and failed runs apart', async () => {
+      const r = await runInProcess(['events', 'show', '-c', config, String(id)]);
+      const attempts = r.stdout.slice(r.stdout.indexOf('attempts:\n'), r.stdout.indexOf('effects:\n'));
+      expect(attempts.split('\n').map((l) => l.replace(/ \S+Z /, ' T '))).toEqual([
+        'attempts:',
+        '  #1 T mail mail:evt_9 ok',
+        '  #1 T crm crm:cus_9 failed: crm down',
+        '  #2 T mail mail:evt_9 ok',
+        '  #2 T crm crm:cus_9 failed: crm down',
+        '  #3 T mail mail:evt_9 ok',
+        '  #3 T crm crm:cus_9 failed: crm down',
+        '  -- replay: the retry counter started again here (attempt 1); #n counts on --',
+        '  #4 T mail mail:evt_9 skipped',
+        '  #4 T crm crm:cus_9 ok (forced)',
+        '',
+      ]);
+      expect(r.stdout).toContain('  attempts:   1 since the last replay (4 in all, 1 replay(s))');
+      expect(r.stdout).toContain('  crm:cus_9: done: 1 ok, 3 failed, 1 forced\n');
+      expect(r.stdout).toContain('  mail:evt_9: done: 3 ok, 0 failed\n');
+      const json = JSON.parse((await runInProcess(['events', 'show', '-c', config, String(id), '--json'])).stdout);
+      expect(json.attemptLog.map((a: { attempt: number; number: number; replay: number }) => [a.attempt, a.number, a.replay])).toEqual([
+        [1, 1, 0],
+        [1, 1, 0],
+        [2, 2, 0],
+        [2, 2, 0],
+        [3, 3, 0],
+        [3, 3, 0],
+        [1, 4, 1],
+        [1, 4, 1],
+      ]);
+      expect(json.effects.find((f: { effectKey: string }) => f.effectKey === 'crm:cus_9')).toMatchObject({ runs: 1, okRuns: 1, failedRuns: 3, runningRuns: 0 });
     });
   });
 

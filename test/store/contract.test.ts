@@ -215,6 +215,8 @@ describe.each(backends)('$name store contract', (backend) => {
       expect(shown!.body!.toString()).toBe('{"a":1}');
       expect(shown!.conflicts.map((c) => c.receivedAt)).toEqual([T0 + SEC, T0 + 2 * SEC]);
       expect(shown!.conflicts.map((c) => c.body?.toString())).toEqual(['{"a":2}', '{"a":3}']);
+      // With the headers it came with, as `events show` prints them.
+      expect(shown!.conflicts.map((c) => c.headers)).toEqual([0, 1].map(() => ({ 'content-type': 'application/json', 'x-request-id': 'd-1' })));
       expect((await store.stats(T0)).conflicts).toBe(2);
     });
 
@@ -1124,6 +1126,52 @@ describe.each(backends)('$name store contract', (backend) => {
       }
       expect(pages).toEqual([['evt_6', 'evt_5', 'evt_4'], ['evt_3', 'evt_2', 'evt_1'], ['evt_0']]);
       expect((await store.listEvents({ limit: 10, beforeId: ids[1] })).map((e) => e.id)).toEqual([ids[0]]);
+    });
+
+    it('lists by an event type glob: * and ? are wildcards, case-sensitive, every other character plain', async () => {
+      const types = ['invoice.paid', 'invoice.payment_failed', 'Invoice.paid', 'invoice%x', 'invoice[1]', 'charge.refunded', 'a_b'];
+      for (const [i, eventType] of types.entries()) await store.ingest(event(`t${i}`, undefined, { eventType }));
+      const list = async (eventTypeGlob: string) => (await store.listEvents({ limit: 100, eventTypeGlob })).map((e) => e.eventType).sort();
+      expect(await list('invoice.*')).toEqual(['invoice.paid', 'invoice.payment_failed']);
+      expect(await list('*.paid')).toEqual(['Invoice.paid', 'invoice.paid']);
+      expect(await list('invoice.pai?')).toEqual(['invoice.paid']);
+      // LIKE's and GLOB's own specials match only themselves.
+      expect(await list('invoice%*')).toEqual(['invoice%x']);
+      expect(await list('invoice[1]')).toEqual(['invoice[1]']);
+      expect(await list('a_b')).toEqual(['a_b']);
+      expect(await list('a?b')).toEqual(['a_b']);
+      expect(await list('invoice')).toEqual([]);
+      expect((await store.listEvents({ limit: 100, eventTypeGlob: 'invoice.*', source: 'other' })).length).toBe(0);
+    });
+
+    it('searches bodies for a text among the newest events matching the other filters, and says when the bound left older ones unsearched', async () => {
+      const ids: number[] = [];
+      for (let i = 0; i < 6; i++) {
+        const body = i % 2 === 0 ? `{"id":"s${i}","email":"ann@example.com"}` : `{"id":"s${i}","email":"bob@example.com"}`;
+        ids.push((await store.ingest(event(`s${i}`, body, { eventType: i < 3 ? 'old' : 'new' }))).eventId);
+      }
+      // Bytes that are not UTF-8 are searched as bytes; a dropped body never matches.
+      const binary = (await store.ingest(event('bin', Buffer.from([0xff, 0x00, 0x61, 0x6e, 0x6e, 0x40])))).eventId;
+      const dropped = (await store.ingest(event('dropped', '{"email":"ann@example.com"}'))).eventId;
+      await o.exec(`UPDATE events SET body = NULL WHERE id = ${dropped}`);
+      const search = (bodyContains: string, q: { scanLimit?: number; limit?: number; eventType?: string } = {}) =>
+        store.searchEvents({ bodyContains, scanLimit: q.scanLimit ?? 1000, limit: q.limit ?? 100, eventType: q.eventType });
+      expect(await search('ann@')).toEqual({ events: expect.any(Array), scanLimitReached: false });
+      expect((await search('ann@')).events.map((e) => e.id)).toEqual([binary, ids[4], ids[2], ids[0]]);
+      expect((await search('ANN@')).events).toEqual([]);
+      expect((await search('bob@', { eventType: 'old' })).events.map((e) => e.id)).toEqual([ids[1]]);
+      // The 3 newest (dropped, binary, s5): only the binary body matches, and older events were not searched.
+      expect(await search('ann@', { scanLimit: 3 })).toEqual({ events: [expect.objectContaining({ id: binary })], scanLimitReached: true });
+      // A full page needs no older events: nothing was missed.
+      expect(await search('ann@', { scanLimit: 3, limit: 1 })).toEqual({ events: [expect.objectContaining({ id: binary })], scanLimitReached: false });
+      // The bound covers every event of that type: complete.
+      expect(await search('ann@', { scanLimit: 3, eventType: 'old' })).toEqual({
+        events: [expect.objectContaining({ id: ids[2] }), expect.objectContaining({ id: ids[0] })],
+        scanLimitReached: false,
+      });
+      // Texts with LIKE's and GLOB's special characters are plain text here.
+      expect((await search('%')).events).toEqual([]);
+      expect((await search('"s3"')).events.map((e) => e.id)).toEqual([ids[3]]);
     });
 
     it('counts deliveries per hour by outcome and failed attempts per route, within the window only', async () => {

@@ -73,6 +73,9 @@ describe.runIf(pgOk)('CLI on PostgreSQL', () => {
     expect(list[0]).toEqual(
       expect.objectContaining({ id: ids.pending, source: 'shop', eventType: 'order.paid', status: 'pending', attempts: 0, lastError: null }),
     );
+    // --type pattern, --since age and --search run as SQL on PostgreSQL too.
+    const found = (await cli('events', 'list', '--type', 'order.*', '--since', '2d', '--search', '"young-', '--json')) as { deliveryId: string }[];
+    expect(found.map((e) => e.deliveryId)).toEqual(['young-done']);
     const shown = (await cli('events', 'show', String(ids['old-dead']), '--json')) as { status: string; lastError: string };
     expect(shown).toMatchObject({ status: 'dead', lastError: 'gave up' });
     const stats = (await cli('stats', '--json')) as { events: Record<string, number> };

@@ -31,6 +31,14 @@ export const dialect: Dialect = {
   idList: (p) => `SELECT unnest(${p}::bigint[])`,
   textList: (p) => `SELECT unnest(${p}::text[])`,
   ids: (ids) => ids,
+  globMatch: (column, p) => `${column} LIKE ${p} ESCAPE '\\'`,
+  // LIKE's own `%`, `_` and the escape character are literal; `*` and `?` become its wildcards.
+  globPattern: (glob) =>
+    glob
+      .replace(/[\\%_]/g, '\\$&')
+      .replaceAll('*', '%')
+      .replaceAll('?', '_'),
+  bytesContain: (column, p) => `position(${p}::bytea in ${column}) > 0`,
   lockEffectKey,
 };
 

@@ -17,6 +17,11 @@ export const dialect: Dialect = {
   idList: (p) => `SELECT value FROM json_each(${p})`,
   textList: (p) => `SELECT value FROM json_each(${p})`,
   ids: (ids) => JSON.stringify(ids),
+  globMatch: (column, p) => `${column} GLOB ${p}`,
+  // GLOB's own classes: a `[` in the text is matched literally as the class `[[]`.
+  globPattern: (glob) => glob.replaceAll('[', '[[]'),
+  // Both a BLOB: instr compares bytes.
+  bytesContain: (column, p) => `instr(${column}, ${p}) > 0`,
 };
 
 const cache = new WeakMap<Db, Map<string, Statement>>();

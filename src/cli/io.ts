@@ -5,8 +5,11 @@
  */
 export interface CliIo {
   stdout: { write(text: string): unknown };
-  /** `isTTY`: a terminal, where a command may draw a progress line (catch-up). */
-  stderr: { write(text: string): unknown; isTTY?: boolean };
+  /**
+   * `isTTY`: a terminal, where a command may draw a progress line (catch-up) and serve
+   * writes readable log lines; `hasColors()`: whether that terminal shows colours.
+   */
+  stderr: { write(text: string): unknown; isTTY?: boolean; hasColors?: () => boolean };
   now: () => number;
   /** Where `env:` secrets and the RECEIVER_* settings are read. */
   env: NodeJS.ProcessEnv;

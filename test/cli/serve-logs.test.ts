@@ -59,7 +59,7 @@ describe("serve's log lines", () => {
     expect(slowest).toBeLessThan(5000);
     expect(Date.now() - started).toBeLessThan(60_000);
     const dropped = await metric(s.url, 'receiver_log_lines_dropped_total');
-    expect(dropped).toBeGreaterThan(1000);
+    expect(dropped).toBeGreaterThan(0);
 
     // The reader is back: lines resume, the first one says how many were dropped.
     s.child.stderr!.resume();

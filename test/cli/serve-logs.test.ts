@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { connect } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BIN, post, REPO, startServe, tempDir, waitFor, writeConfig, type ServeProcess } from '../helpers.js';
@@ -164,6 +165,35 @@ describe("serve's log lines", () => {
     expect(coloured).toContain('\u001b[32mINFO \u001b[0m delivery');
     expect(coloured).toContain('\u001b[32mINFO \u001b[0m effect attempt');
   }, 60_000);
+
+  it.skipIf(!existsSync('/usr/bin/script'))(
+    'are readable, coloured lines by default on a real terminal (a pseudo-terminal from script(1))',
+    async () => {
+      const file = writeConfig(tmp.dir, { sources: { shop } });
+      const command = [process.execPath, BIN, 'serve', '-c', file, '--port', '0'].map((a) => `'${a}'`).join(' ');
+      const child = spawn('/usr/bin/script', ['-qfec', command, '/dev/null'], {
+        cwd: REPO,
+        env: { ...process.env, NO_COLOR: undefined, FORCE_COLOR: undefined, TERM: 'xterm-256color', RECEIVER_LOG_FORMAT: undefined },
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      try {
+        // eslint-disable-next-line no-control-regex -- the line is coloured
+        const port = await waitFor(() => /listening.*port=(?:\u001b\[\d+m)*(\d+)/.exec(out)?.[1], 'the listening line', 15_000);
+        expect((await post(`http://127.0.0.1:${port}/webhooks/shop`, JSON.stringify({ id: 'tty-1', type: 'order.paid' }))).status).toBe(202);
+        await waitFor(() => (out.includes('tty-1') ? true : undefined), 'the delivery line', 10_000);
+      } finally {
+        child.kill('SIGTERM');
+        await new Promise((r) => child.on('exit', r));
+      }
+      expect(out).not.toContain('{"level"');
+      expect(out).toContain('\u001b[32mINFO \u001b[0m delivery');
+      // eslint-disable-next-line no-control-regex -- the line is coloured
+      expect(out).toMatch(/delivery .*deliveryId=(?:\u001b\[\d+m)*tty-1/);
+    },
+    30_000,
+  );
 
   it('refuses a log format it does not know, naming the field and the choices', async () => {
     const file = writeConfig(tmp.dir, { sources: { shop } });

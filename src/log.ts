@@ -269,8 +269,11 @@ export class LogWriter implements LineSink {
       if (this.#inFlight !== inFlight) return;
       if (e !== null) {
         if (e.code === 'EAGAIN') {
-          // The reader is behind: try again shortly; new lines queue up to the bound.
+          // The reader is behind: try again shortly; new lines queue up to the bound. The
+          // timer keeps no process alive: one that is done exits, and its exit handler
+          // gives the reader its last second (flushSync).
           this.#retry = setTimeout(this.#send, RETRY_MS);
+          this.#retry.unref();
           return;
         }
         // stderr is closed: what waits and what comes is dropped, and counted.

@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { DrainLinesAfterDeliveries } from '../src/http/delivery-log.js';
@@ -23,6 +23,33 @@ describe('log lines', () => {
     expect(lines).toHaveLength(501);
     expect(lines.map((l) => l.eventId)).toEqual([...Array(501).keys()]);
     expect(lines[500]?.level).toBe('error');
+  });
+
+  it('a process whose stderr nobody reads still ends: it gives the reader a second at exit, then leaves the rest', async () => {
+    const script = `
+      import { createLogger } from ${JSON.stringify(join(REPO, 'dist/log.js'))};
+      const logger = createLogger('info', { redact: false });
+      for (let i = 0; i < 3000; i++) logger.info({ eventId: i, padding: 'x'.repeat(100) }, 'delivery');
+    `;
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'ignore', 'pipe'] });
+    // Not read until the child has exited: its pipe fills after a few hundred lines.
+    let text = '';
+    child.stderr.on('data', (d: Buffer) => (text += d.toString()));
+    child.stderr.pause();
+    const started = Date.now();
+    const code = await new Promise((r) => child.on('exit', r));
+    expect(code).toBe(0);
+    expect(Date.now() - started).toBeLessThan(10_000);
+    child.stderr.resume();
+    await new Promise((r) => child.stderr.on('end', r));
+    // In order from the first, not all of them; the last one may be cut where the reader stopped taking bytes.
+    const ids = text
+      .split('\n')
+      .slice(0, -1)
+      .map((l) => (JSON.parse(l) as { eventId: number }).eventId);
+    expect(ids.length).toBeGreaterThan(0);
+    expect(ids.length).toBeLessThan(3000);
+    expect(ids).toEqual([...Array(ids.length).keys()]);
   });
 
   it('batchedLines hands on the lines of one event-loop turn together, in order', async () => {

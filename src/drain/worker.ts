@@ -73,7 +73,10 @@ if (parentPort !== null) {
   // (as in the main thread), and the drain goes on. Anything else is a bug: the main thread
   // sees this thread fail and exits for systemd to restart it.
   process.on('unhandledRejection', (e: unknown) => {
-    if (!logModuleRejection(logger, e)) throw e;
+    if (logModuleRejection(logger, e)) return;
+    // The lines logged so far reach the main thread before it hears of the failure.
+    toMain.flush();
+    throw e;
   });
 
   let attempts: AttemptOutcome[] = [];

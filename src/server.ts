@@ -23,7 +23,7 @@ import { openStore } from './store/open.js';
 import type { Store } from './store/types.js';
 
 export interface ReceiverOptions {
-  /** Start-up, shutdown and error lines; default: JSON lines on stderr at `log.level`. */
+  /** Start-up, shutdown and error lines; default: lines in `log.format` on stderr at `log.level`. */
   logger?: Logger;
   /** The one line per delivery; default: like `logger`, without its redaction pass. */
   deliveryLogger?: Logger;

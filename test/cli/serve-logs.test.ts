@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { connect } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BIN, post, REPO, startServe, tempDir, waitFor, writeConfig, type ServeProcess } from '../helpers.js';
@@ -194,6 +195,29 @@ describe("serve's log lines", () => {
     },
     30_000,
   );
+
+  it('write the lines before a fatal error, and the fatal line last, when the drain thread fails', async () => {
+    const handler = join(tmp.dir, 'boom.mjs');
+    // A throw from a timer the handler started: nobody can catch it; the drain thread fails.
+    writeFileSync(handler, "export default function () { setTimeout(() => { throw new Error('boom from a timer'); }, 50); }\n");
+    const file = writeConfig(tmp.dir, {
+      sources: { shop },
+      routes: [{ name: 'boom', source: 'shop', key: '{body.id}', effect: { module: handler } }],
+    });
+    serve = await startServe(file);
+    const s = serve;
+    expect((await post(`${s.url}/webhooks/shop`, JSON.stringify({ id: 'f1', type: 'order.paid' }))).status).toBe(202);
+    const code = await new Promise((r) => s.child.on('exit', r));
+    expect(code).toBe(1);
+    const lines = parse(s.output().stderr);
+    expect(s.output().stderr.trimEnd().split('\n').length).toBe(lines.length);
+    const delivery = lines.findIndex((l) => l.msg === 'delivery' && l.deliveryId === 'f1');
+    const effect = lines.findIndex((l) => l.msg === 'effect attempt' && l.deliveryId === 'f1');
+    expect(delivery).toBeGreaterThanOrEqual(0);
+    expect(effect).toBeGreaterThan(delivery);
+    expect(lines.at(-1)).toMatchObject({ level: 'fatal', msg: 'drain thread failed' });
+    expect(JSON.stringify(lines.at(-1))).toContain('boom from a timer');
+  }, 30_000);
 
   it('refuses a log format it does not know, naming the field and the choices', async () => {
     const file = writeConfig(tmp.dir, { sources: { shop } });

@@ -7,6 +7,7 @@ export type ErrorKind =
   | 'too_large' // body over maxBodyBytes (413)
   | 'verification' // missing or wrong signature, stale timestamp (401)
   | 'payload' // no delivery id, unparsable body where the id lives (400)
+  | 'timeout' // the request did not arrive within requestTimeoutSeconds (408)
   | 'conflict' // same delivery id, different body (409)
   | 'unavailable' // database busy past its timeout, disk full, closed (503)
   | 'config' // bad configuration (exit 2)
@@ -19,6 +20,7 @@ const HTTP_STATUS: Record<ErrorKind, number> = {
   too_large: 413,
   verification: 401,
   payload: 400,
+  timeout: 408,
   conflict: 409,
   unavailable: 503,
   config: 500,

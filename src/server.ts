@@ -16,17 +16,24 @@ import { ReceiverError } from './errors.js';
 import type { Drain } from './drain/loop.js';
 import { startDrainThread } from './drain/thread.js';
 import { createApp } from './http/app.js';
-import { logDelivery } from './http/delivery-log.js';
+import { DrainLinesAfterDeliveries, logDelivery } from './http/delivery-log.js';
 import { metricsRoute, ReceiverMetrics, type QueueSnapshot } from './http/metrics.js';
-import { createLogger, redactUrl, type Logger } from './log.js';
+import { createLogger, logStyle, redactUrl, stderrWriter, type LineSink, type Logger, type LogStyle } from './log.js';
 import { openStore } from './store/open.js';
 import type { Store } from './store/types.js';
 
 export interface ReceiverOptions {
-  /** Start-up, shutdown and error lines; default: JSON lines on stderr at `log.level`. */
+  /** Start-up, shutdown and error lines; default: lines in `log.format` on stderr at `log.level`. */
   logger?: Logger;
-  /** The one line per delivery; default: like `logger`, written once per event-loop turn. */
+  /** The one line per delivery; default: like `logger`, without its redaction pass. */
   deliveryLogger?: Logger;
+  /** How the default loggers' and the drain thread's lines look; default: `log.format` for this process's stderr. */
+  logStyle?: LogStyle;
+  /**
+   * Where the default loggers and the drain thread write their lines; default: the
+   * process's stderr writer (bounded, never blocking; its dropped lines are counted on /metrics).
+   */
+  logSink?: LineSink;
   /** The clock for the queue-age gauge, health, ingest, the admin pages and catch-up runs; default Date.now. */
   now?: () => number;
   /** Node's process metrics on /metrics (off by default: one process may run several receivers). */
@@ -158,10 +165,13 @@ function listen(server: Server, port: number, host: string): Promise<void> {
  */
 export async function startReceiver(config: Config, options: ReceiverOptions = {}): Promise<Receiver> {
   const now = options.now ?? Date.now;
-  const logger = options.logger ?? createLogger(config.log.level);
+  const style = options.logStyle ?? logStyle(config.log.format);
+  const sink = options.logSink ?? stderrWriter();
+  const logger = options.logger ?? createLogger(config.log.level, { style, sink });
   // The delivery line is built field by field in logDelivery (ids, outcome, status, duration).
-  // Its lines are written once per event-loop turn (a batch of answers), not once per line.
-  const deliveryLogger = options.deliveryLogger ?? createLogger(config.log.level, 2, { redact: false, perTurn: true });
+  const deliveryLogger = options.deliveryLogger ?? createLogger(config.log.level, { redact: false, style, sink });
+  // The drain thread's lines come after the delivery lines of the events they are about.
+  const order = new DrainLinesAfterDeliveries((line) => sink.write(line));
   // What check-config prints (secrets hidden), for a debug session.
   logger.debug({ configuration: describeConfig(config) }, 'configuration');
   for (const w of startupWarnings(config)) logger.warn(w.fields, w.message);
@@ -172,6 +182,7 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
     queue: queueSnapshot(store, now),
     processMetrics: options.processMetrics === true,
     catchUpSources: config.catchUp.keys(),
+    ...(sink.dropped === undefined ? {} : { logLinesDropped: () => sink.dropped ?? 0 }),
   });
   // Started once the listener is up (below); until then an accepted delivery wakes nothing.
   let drain: Drain | undefined = undefined;
@@ -185,6 +196,7 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
       metrics.observeDelivery(o);
     },
     onAccepted: () => drain?.wake(),
+    onStoring: () => order.storing(),
     routes: config.routes,
     onError: (e) => logger.error({ err: e }, 'request failed'),
     ...(config.metrics.enabled ? { extend: metricsRoute(metrics, { token: config.metrics.token }) } : {}),
@@ -219,6 +231,8 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
       drain = await startDrainThread({
         config,
         logger,
+        logStyle: style,
+        onLines: (lines) => order.drainLines(lines),
         onAttempt: (a) => metrics.observeAttempt(a),
         onEvent: (e) => metrics.observeEvent(e),
         onFailure: options.onFatal ?? ((e) => logger.fatal({ err: e }, 'drain thread failed')),
@@ -278,9 +292,6 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
     } catch (e) {
       logger.error({ err: e }, 'closing the database failed');
       throw e;
-    } finally {
-      // The last delivery lines go out before the caller's own last line.
-      deliveryLogger.flush();
     }
   };
   return {

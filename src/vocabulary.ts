@@ -17,22 +17,27 @@ export type EventStatus = (typeof EVENT_STATUSES)[number];
 export const EFFECT_STATUSES = ['running', 'done', 'failed'] as const;
 export type EffectStatus = (typeof EFFECT_STATUSES)[number];
 
+/** How one effect attempt ended, as the attempts table records it. */
+const RECORDED_ATTEMPT_OUTCOMES = ['ok', 'failed', 'skipped', 'stale', 'busy'] as const;
+
 /**
  * How one effect attempt ended, as the drain reports it (logs, metrics): `ok`, `failed`,
- * `skipped` (the key is already done), `stale` (an older version than the one applied),
- * `busy` (another event runs the key under a live lease).
+ * `timeout` (it ran past effect.timeoutSeconds and was stopped; a retryable failure, which
+ * the attempts table records as `failed` with a "timed out" error), `skipped` (the key is
+ * already done), `stale` (an older version than the one applied), `busy` (another event
+ * runs the key under a live lease).
  */
-export const ATTEMPT_OUTCOMES = ['ok', 'failed', 'skipped', 'stale', 'busy'] as const;
+export const ATTEMPT_OUTCOMES = ['ok', 'failed', 'timeout', 'skipped', 'stale', 'busy'] as const;
 export type AttemptOutcomeName = (typeof ATTEMPT_OUTCOMES)[number];
 
 /** Outcomes in which an effect actually ran (and took time worth a histogram). */
-export const RAN_OUTCOMES: readonly AttemptOutcomeName[] = ['ok', 'failed'];
+export const RAN_OUTCOMES: readonly AttemptOutcomeName[] = ['ok', 'failed', 'timeout'];
 
 /**
- * What `attempts.outcome` holds: an attempt outcome, or `running` while an external effect
- * runs (and after a crash in the middle of one).
+ * What `attempts.outcome` holds: a recorded attempt outcome, or `running` while an external
+ * effect runs (and after a crash in the middle of one).
  */
-export const ATTEMPT_ROW_OUTCOMES = ['running', ...ATTEMPT_OUTCOMES] as const;
+export const ATTEMPT_ROW_OUTCOMES = ['running', ...RECORDED_ATTEMPT_OUTCOMES] as const;
 export type AttemptRowOutcome = (typeof ATTEMPT_ROW_OUTCOMES)[number];
 
 /** What became of one request to POST /webhooks/:source (the `delivery` log line, metrics). */
@@ -44,6 +49,7 @@ export const DELIVERY_OUTCOMES = [
   'unauthorized',
   'too_large',
   'bad_request',
+  'timeout',
   'not_found',
   'unavailable',
   'error',
@@ -69,6 +75,13 @@ export type CatchUpResultName = (typeof CATCH_UP_RESULTS)[number];
  */
 export const CATCH_UP_OUTCOMES = ['listed', 'already_stored', 'stored', 'redelivery_asked', 'failed'] as const;
 export type CatchUpOutcomeName = (typeof CATCH_UP_OUTCOMES)[number];
+
+/**
+ * How log lines look (`log.format`, --log-format, $RECEIVER_LOG_FORMAT): `json` lines,
+ * `pretty` lines for a person at a terminal, or `auto` (pretty on a terminal, else JSON).
+ */
+export const LOG_FORMATS = ['auto', 'json', 'pretty'] as const;
+export type LogFormat = (typeof LOG_FORMATS)[number];
 
 /** Whether `value` is one of `words` (narrowing it). */
 export function isOneOf<T extends string>(words: readonly T[], value: string): value is T {

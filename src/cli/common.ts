@@ -30,6 +30,7 @@ export function configFrom(
   if (options.host !== undefined) overrides.host = options.host;
   if (options.port !== undefined) overrides.port = options.port;
   if (options.logLevel !== undefined) overrides.logLevel = options.logLevel;
+  if (options.logFormat !== undefined) overrides.logFormat = options.logFormat;
   return loadConfig(overrides, env);
 }
 

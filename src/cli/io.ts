@@ -5,8 +5,11 @@
  */
 export interface CliIo {
   stdout: { write(text: string): unknown };
-  /** `isTTY`: a terminal, where a command may draw a progress line (catch-up). */
-  stderr: { write(text: string): unknown; isTTY?: boolean };
+  /**
+   * `isTTY`: a terminal, where a command may draw a progress line (catch-up) and serve
+   * writes readable log lines; `hasColors()`: whether that terminal shows colours.
+   */
+  stderr: { write(text: string): unknown; isTTY?: boolean; hasColors?: () => boolean };
   now: () => number;
   /** Standard input, for a command that reads it (`send-test --body -`); absent in tests that give none. */
   stdin?: AsyncIterable<Buffer | string>;

@@ -1,6 +1,6 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { logModuleRejection } from '../effects/module.js';
-import { createLogger } from '../log.js';
+import { createLogger, logStyle, stderrWriter } from '../log.js';
 import { startReceiver } from '../server.js';
 import { addCommonOptions, configFrom, type CommonOptions } from './common.js';
 import type { CliIo } from './io.js';
@@ -9,6 +9,7 @@ interface ServeOptions extends CommonOptions {
   host?: string;
   port?: number;
   logLevel?: string;
+  logFormat?: string;
 }
 
 function portNumber(value: string): number {
@@ -22,6 +23,7 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--host <host>', 'address to listen on (overrides "host"; also $RECEIVER_HOST)')
     .option('--port <port>', 'port to listen on, 0 for any free port (overrides "port"; also $RECEIVER_PORT)', portNumber)
     .option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent (overrides "log.level"; also $RECEIVER_LOG_LEVEL)')
+    .option('--log-format <format>', 'auto, json or pretty (overrides "log.format"; also $RECEIVER_LOG_FORMAT)')
     .action((options: ServeOptions) => serve(options, io));
 }
 
@@ -32,13 +34,17 @@ export function registerServe(program: Command, io: CliIo): void {
  */
 export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
   const config = configFrom(options, io.env);
-  const logger = createLogger(config.log.level);
-  const deliveryLogger = createLogger(config.log.level, 2, { redact: false, perTurn: true });
+  // Every line goes through the process's stderr writer: bounded, never blocking ingest,
+  // written out on exit (process.exit included).
+  const style = logStyle(config.log.format, io.stderr, io.env);
+  stderrWriter().configure({ maxBytes: config.log.bufferBytes, style });
+  const logger = createLogger(config.log.level, { style });
+  const deliveryLogger = createLogger(config.log.level, { redact: false, style });
 
-  // A bug must not leave a half-working process: log it as one JSON line and exit 1, for
+  // A bug must not leave a half-working process: log it as one line and exit 1, for
   // systemd to restart (Restart=on-failure). Committed events are safe; claims come back.
+  // The exit writes what waits for stderr, this line last (synchronously, best effort).
   const crash = (what: string) => (e: unknown) => {
-    deliveryLogger.flush();
     logger.fatal({ err: e }, what);
     process.exit(1);
   };
@@ -48,7 +54,7 @@ export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
     if (!logModuleRejection(logger, e)) crash('unhandled promise rejection')(e);
   });
 
-  const receiver = await startReceiver(config, { logger, deliveryLogger, processMetrics: true, onFatal: crash('drain thread failed') });
+  const receiver = await startReceiver(config, { logger, deliveryLogger, logStyle: style, processMetrics: true, onFatal: crash('drain thread failed') });
 
   let stopping = false;
   const stop = async (signal: string) => {

@@ -12,6 +12,7 @@ import { isPostgresUrl } from './database.js';
 import { locateJsonError } from './json-position.js';
 import { resolveSecret, Secret } from './secret.js';
 import { catchUpSenders } from '../catchup/senders.js';
+import { isOneOf, LOG_FORMATS } from '../vocabulary.js';
 import type { CatchUpSettings } from '../catchup/types.js';
 
 /** An admin token shorter than this is refused: it is the only thing between the web and replay. */
@@ -38,6 +39,7 @@ export interface ConfigOverrides {
   host?: string;
   port?: number;
   logLevel?: string;
+  logFormat?: string;
   /**
    * Operator commands (events, stats, replay, purge) verify nothing: they load the
    * configuration without resolving secrets, so they run without the service's secrets.
@@ -232,6 +234,8 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
   const level = overrides.logLevel ?? env.RECEIVER_LOG_LEVEL ?? raw.log.level;
   const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
   if (!levels.includes(level)) throw configError(`log.level: "${level}" is not a level`, `use one of ${levels.join(', ')}`);
+  const format = overrides.logFormat ?? env.RECEIVER_LOG_FORMAT ?? raw.log.format;
+  if (!isOneOf(LOG_FORMATS, format)) throw configError(`log.format: "${format}" is not a log format`, `use one of ${LOG_FORMATS.join(', ')}`);
 
   const problems: string[] = [];
   const sources = new Map<string, ResolvedSource>();
@@ -351,7 +355,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     database: isPostgresUrl(database) || database === ':memory:' ? database : resolve(database),
     host,
     port,
-    log: { level: level as RawConfig['log']['level'] },
+    log: { ...raw.log, level: level as RawConfig['log']['level'], format },
     sources,
     metrics: { enabled: raw.metrics.enabled, token },
     admin,

@@ -1,10 +1,14 @@
 import { z } from 'zod';
+import { LOG_FORMATS } from '../vocabulary.js';
 
 /**
  * The configuration file's shape (the README's Configuration section). Every object is strict: an unknown
  * field is an error naming it, because a typo such as "secrests" must not silently
  * leave a source unverified.
  */
+
+/** log.bufferBytes by default: about 15,000 lines waiting for a slow reader of stderr. */
+export const LOG_BUFFER_BYTES = 4 * 1024 * 1024;
 
 const secretRef = z.string().min(1, 'must not be empty');
 
@@ -119,7 +123,15 @@ export const configSchema = z.strictObject({
       pollMs: z.number().int().positive().default(1000),
     })
     .default({ enabled: true, leaseSeconds: 30, pollMs: 1000 }),
-  log: z.strictObject({ level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info') }).default({ level: 'info' }),
+  log: z
+    .strictObject({
+      level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+      /** `auto`: readable lines when stderr is a terminal, JSON lines otherwise (journald, a pipe, a file). */
+      format: z.enum(LOG_FORMATS).default('auto'),
+      /** The bound of the buffer in front of stderr: past it, new lines are dropped and counted, and ingest never waits for the reader. */
+      bufferBytes: z.number().int().min(16_384).default(LOG_BUFFER_BYTES),
+    })
+    .default({ level: 'info', format: 'auto', bufferBytes: LOG_BUFFER_BYTES }),
   metrics: z
     .strictObject({
       enabled: z.boolean().default(true),

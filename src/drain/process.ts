@@ -3,7 +3,7 @@ import type { Config } from '../config/load.js';
 import type { RouteConfig } from '../config/schema.js';
 import { runExec } from '../effects/exec.js';
 import { runHttp } from '../effects/http.js';
-import { callHandler, loadHandler, modulePath, type ModuleEvent } from '../effects/module.js';
+import { callHandler, loadHandler, modulePath, ModuleTimedOut, type ModuleEvent } from '../effects/module.js';
 import { planRoutes, templateContext, type PlannedEffect } from '../effects/routes.js';
 import type { EffectResult } from '../effects/types.js';
 import type { Logger } from '../log.js';
@@ -20,7 +20,7 @@ export interface AttemptOutcome {
   attempt: number;
   route: string;
   effectKey?: string | undefined;
-  /** See ATTEMPT_OUTCOMES; `failed` whether retryable or not. */
+  /** See ATTEMPT_OUTCOMES; `failed` whether retryable or not; `timeout` (the attempts table says `failed`). */
   outcome: AttemptOutcomeName;
   forced: boolean;
   durationMs: number;
@@ -235,6 +235,8 @@ async function runRoute(
       return { lost: false, failure: { route: route.name, error, retryable: true } };
     }
     const moduleEvent: ModuleEvent = { ...eventView(event), json };
+    // The store records a failed run as `failed` with its error; the report says `timeout` when that was why.
+    let timedOut = false;
     // Nothing of a module effect commits unless its transaction does: a failed commit is
     // tried again as a whole (the handler runs again; its earlier writes were rolled back).
     const r = await persist(ctx, 'module effect', event.id, signal, () =>
@@ -249,7 +251,10 @@ async function runRoute(
             { event: moduleEvent, route: route.name, key: plan.businessKey, effectKey: plan.effectKey, runKey: run.runKey, attempt: event.attempt, db },
             timeoutMs,
             signal,
-          ),
+          ).catch((e: unknown) => {
+            timedOut = e instanceof ModuleTimedOut;
+            throw e;
+          }),
         ctx.now,
         ctx.leaseMs,
         { completeOnOk: last, routeDecisions: decisions },
@@ -257,7 +262,7 @@ async function runRoute(
     );
     if (r.action === 'lost') return { lost: true };
     if (r.action === 'failed') {
-      report(ctx, event, route.name, plan.effectKey, 'failed', start.force, elapsed(), r.error);
+      report(ctx, event, route.name, plan.effectKey, timedOut ? 'timeout' : 'failed', start.force, elapsed(), r.error);
       return { lost: false, failure: { route: route.name, error: r.error, retryable: true } };
     }
     report(ctx, event, route.name, plan.effectKey, r.action, start.force && r.action === 'ok', elapsed(), errorOf(r));
@@ -301,7 +306,7 @@ async function runRoute(
     report(ctx, event, route.name, plan.effectKey, 'ok', forced, elapsed());
     return { lost: false };
   }
-  report(ctx, event, route.name, plan.effectKey, 'failed', forced, elapsed(), result.error);
+  report(ctx, event, route.name, plan.effectKey, result.timedOut === true ? 'timeout' : 'failed', forced, elapsed(), result.error);
   return { lost: false, failure: { route: route.name, error: result.error, retryable: result.retryable, retryAfterMs: result.retryAfterMs } };
 }
 
@@ -387,7 +392,7 @@ function report(
   };
   // Ids, keys and outcome only: never the body, headers or an effect's output (they may hold secrets).
   const log = ctx.lineLogger ?? ctx.logger;
-  if (outcome === 'failed') log.warn(a, 'effect attempt');
+  if (outcome === 'failed' || outcome === 'timeout') log.warn(a, 'effect attempt');
   else log.info(a, 'effect attempt');
   ctx.onAttempt?.(a);
 }
@@ -399,7 +404,8 @@ function settle(ctx: ProcessContext, e: ClaimedEvent, o: EventOutcome): EventOut
     deliveryId: e.deliveryId,
     attempt: e.attempt,
     status: o.status,
-    nextAttemptAt: o.nextAttemptAt,
+    // Every time on a log line is ISO 8601 (UTC), like `time`; durations are numbers in ms.
+    nextAttemptAt: o.nextAttemptAt === undefined ? undefined : new Date(o.nextAttemptAt).toISOString(),
     error: o.error,
   };
   const log = ctx.lineLogger ?? ctx.logger;

@@ -3,7 +3,7 @@ import type { Config } from '../config/load.js';
 import { effectEnvironment } from '../effects/exec.js';
 import { revealHttpSecrets } from '../effects/http.js';
 import { ReceiverError } from '../errors.js';
-import type { Logger } from '../log.js';
+import { JSON_STYLE, stderrWriter, type Logger, type LogStyle } from '../log.js';
 import type { Drain, DrainOptions } from './loop.js';
 import type { DrainWorkerInit, FromDrainWorker, ToDrainWorker } from './worker.js';
 
@@ -40,6 +40,13 @@ export function drainConfig(config: Config): DrainConfig {
 export interface DrainThreadOptions {
   config: Config;
   logger: Logger;
+  /** How the thread's lines look (resolved here: the thread cannot tell whether stderr is a terminal). */
+  logStyle?: LogStyle;
+  /**
+   * The thread's log lines, in batches: it writes none itself, so they share the main
+   * thread's writer (its bound, its order). Default: the process's stderr writer.
+   */
+  onLines?: (lines: string[]) => void;
   onAttempt?: DrainOptions['onAttempt'];
   onEvent?: DrainOptions['onEvent'];
   /** The thread failed after it started (a bug): serve logs it and exits for systemd to restart it. */
@@ -69,7 +76,13 @@ export function startDrainThread(o: DrainThreadOptions): Promise<Drain> {
     execEnv: effectEnvironment(o.config),
     signals,
     ingestWaiting: o.ingestWaiting,
+    logStyle: o.logStyle ?? JSON_STYLE,
   };
+  const onLines =
+    o.onLines ??
+    ((lines: string[]) => {
+      for (const line of lines) stderrWriter().write(line);
+    });
   const worker = new Worker(WORKER_URL, { workerData: init });
   let started = false;
   let stopped: (() => void) | undefined;
@@ -89,7 +102,8 @@ export function startDrainThread(o: DrainThreadOptions): Promise<Drain> {
       else if (m.type === 'outcomes') {
         for (const a of m.attempts) o.onAttempt?.(a);
         for (const e of m.events) o.onEvent?.(e);
-      } else if (m.type === 'stopped') stopped?.();
+      } else if (m.type === 'lines') onLines(m.lines);
+      else if (m.type === 'stopped') stopped?.();
     });
     worker.on('error', (e) => fail(e));
     worker.on('exit', (code) => {

@@ -9,7 +9,7 @@ import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import { wrapHttpSecrets, type PlainHttpSecrets } from '../effects/http.js';
 import { logModuleRejection } from '../effects/module.js';
-import { createLogger } from '../log.js';
+import { batchedLines, createLogger, type LogStyle } from '../log.js';
 import { openStore } from '../store/open.js';
 import { startDrain, type AttemptOutcome, type EventOutcome } from './loop.js';
 import type { DrainConfig } from './thread.js';
@@ -24,12 +24,15 @@ export interface DrainWorkerInit {
   signals: SharedArrayBuffer;
   /** SQLite: raised while the ingest thread waits for the write lock; this thread gives way. */
   ingestWaiting?: SharedArrayBuffer | undefined;
+  /** How log lines look; the thread's lines go to the main thread's writer ('lines' messages). */
+  logStyle: LogStyle;
 }
 
 export type ToDrainWorker = { type: 'wake' } | { type: 'stop'; graceMs: number };
 export type FromDrainWorker =
   | { type: 'started' }
   | { type: 'outcomes'; attempts: AttemptOutcome[]; events: EventOutcome[] }
+  | { type: 'lines'; lines: string[] }
   | { type: 'stopped' }
   | { type: 'failed'; message: string; hint?: string | undefined };
 
@@ -69,15 +72,21 @@ if (parentPort !== null) {
     catchUp: new Map(),
     httpSecrets: wrapHttpSecrets(init.httpSecrets),
   };
-  const logger = createLogger(config.log.level);
+  // No write of its own to stderr: its lines go to the main thread's writer, after the
+  // delivery lines of the same events (DrainLinesAfterDeliveries) and within its bound.
+  const toMain = batchedLines((lines) => port.postMessage({ type: 'lines', lines } satisfies FromDrainWorker));
+  const logger = createLogger(config.log.level, { style: init.logStyle, sink: toMain });
   // The attempt and event lines list their fields by hand: no redaction pass (see ProcessContext).
-  const lineLogger = createLogger(config.log.level, 2, { redact: false });
+  const lineLogger = createLogger(config.log.level, { redact: false, style: init.logStyle, sink: toMain });
 
   // A promise a module effect's handler started and did not await: its own mistake, one line
   // (as in the main thread), and the drain goes on. Anything else is a bug: the main thread
   // sees this thread fail and exits for systemd to restart it.
   process.on('unhandledRejection', (e: unknown) => {
-    if (!logModuleRejection(logger, e)) throw e;
+    if (logModuleRejection(logger, e)) return;
+    // The lines logged so far reach the main thread before it hears of the failure.
+    toMain.flush();
+    throw e;
   });
 
   let attempts: AttemptOutcome[] = [];
@@ -126,15 +135,18 @@ if (parentPort !== null) {
           await drain.stop(m.graceMs);
           report();
           await store.close().catch((e: unknown) => logger.error({ err: e }, 'drain: closing its database connection failed'));
+          toMain.flush();
           port.postMessage({ type: 'stopped' } satisfies FromDrainWorker);
           port.close();
         })();
       }
     });
     logger.debug({ nice }, 'drain thread priority');
+    toMain.flush();
     port.postMessage({ type: 'started' } satisfies FromDrainWorker);
   } catch (e) {
     const err = e as { message?: string; hint?: string };
+    toMain.flush();
     port.postMessage({ type: 'failed', message: String(err.message ?? e), hint: err.hint } satisfies FromDrainWorker);
     port.close();
   }

@@ -123,7 +123,7 @@ export function runExec(req: ExecRequest): Promise<EffectResult> {
     const outcome = (): EffectResult => {
       const output = tail.toString();
       const seconds = req.timeoutMs / 1000;
-      if (killedFor === 'timeout') return { ok: false, retryable: true, error: `timed out after ${seconds}s; process group killed`, output };
+      if (killedFor === 'timeout') return { ok: false, retryable: true, error: `timed out after ${seconds}s; process group killed`, output, timedOut: true };
       if (killedFor === 'shutdown') return { ok: false, retryable: true, error: 'killed: the receiver is shutting down', output };
       if (exit?.code === 0) return { ok: true, output };
       if (exit?.signal) return { ok: false, retryable: true, error: `${file} was killed by ${exit.signal}`, output };

@@ -162,7 +162,7 @@ export async function runHttp(req: HttpRequest): Promise<EffectResult> {
     res = await fetch(target, { method: 'POST', headers, body: new Uint8Array(req.event.body), redirect: 'manual', signal: AbortSignal.any(signals) });
   } catch (e) {
     const err = e as Error & { cause?: { code?: string; message?: string } };
-    if (err.name === 'TimeoutError') return { ok: false, retryable: true, error: `POST ${where} timed out after ${req.timeoutMs / 1000}s` };
+    if (err.name === 'TimeoutError') return { ok: false, retryable: true, error: `POST ${where} timed out after ${req.timeoutMs / 1000}s`, timedOut: true };
     if (err.name === 'AbortError') return { ok: false, retryable: true, error: `POST ${where} aborted: the receiver is shutting down` };
     // Never a message that quotes the URL (query and all).
     const why = err.cause?.code ?? err.cause?.message ?? err.message;

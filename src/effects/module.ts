@@ -99,15 +99,18 @@ export function loadHandler(path: string): Promise<ModuleHandler> {
   return p;
 }
 
+/** A module handler ran past effect.timeoutSeconds (its attempt's outcome is `timeout`). */
+export class ModuleTimedOut extends Error {}
+
 /**
- * Calls the handler, rejecting at `timeoutMs` or on `signal`. The store then rolls the
+ * Calls the handler, rejecting at `timeoutMs` (ModuleTimedOut) or on `signal`. The store then rolls the
  * transaction back and closes `db`, so a handler still running after that cannot write.
  */
 export async function callHandler(handler: ModuleHandler, event: ModuleEvent, ctx: ModuleContext, timeoutMs: number, signal?: AbortSignal): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   let onAbort: (() => void) | undefined;
   const limit = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`module timed out after ${timeoutMs / 1000}s; its writes were rolled back`)), timeoutMs);
+    timer = setTimeout(() => reject(new ModuleTimedOut(`module timed out after ${timeoutMs / 1000}s; its writes were rolled back`)), timeoutMs);
     onAbort = () => reject(new Error('module aborted: the receiver is shutting down; its writes were rolled back'));
     signal?.addEventListener('abort', onAbort, { once: true });
   });

@@ -20,6 +20,8 @@ export type EffectResult =
       output?: string | undefined;
       /** The target asked to be retried no sooner than this many ms from now (Retry-After). */
       retryAfterMs?: number | undefined;
+      /** It ran past effect.timeoutSeconds and was stopped: the attempt's outcome is `timeout`. */
+      timedOut?: true;
     };
 
 /** The part of a claimed event an effect sees. */

@@ -14,6 +14,8 @@ export interface AppOptions {
   now?: () => number;
   onOutcome?: (o: DeliveryOutcome) => void;
   onAccepted?: (r: IngestResult) => void;
+  /** See IngestHandlerOptions.onStoring. */
+  onStoring?: () => () => void;
   /** The configured routes: a delivery none of them applies to is stored done (see ingest.ts). */
   routes?: readonly RouteConfig[] | undefined;
   /** Extra routes (metrics) mounted by the caller. */

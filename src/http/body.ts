@@ -10,6 +10,11 @@ export interface RawRequest {
 
 const tooLarge = (max: number) => new ReceiverError('too_large', `body is larger than maxBodyBytes (${max})`);
 
+/** Node's server cut the request off at requestTimeout (and answered 408 itself). */
+function timedOut(incoming: IncomingMessage): boolean {
+  return (incoming.socket?.errored as NodeJS.ErrnoException | null | undefined)?.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+}
+
 /** Reads a Node request body into one Buffer, refusing it as soon as it passes `max`. */
 function readIncoming(incoming: IncomingMessage, max: number): Promise<Buffer> {
   return new Promise((resolve, reject) => {
@@ -31,7 +36,11 @@ function readIncoming(incoming: IncomingMessage, max: number): Promise<Buffer> {
     };
     const onError = (e: Error) => {
       cleanup();
-      reject(new ReceiverError('payload', `request body could not be read: ${e.message}`));
+      reject(
+        timedOut(incoming)
+          ? new ReceiverError('timeout', 'the request was not complete within requestTimeoutSeconds; the server closed the connection')
+          : new ReceiverError('payload', `request body could not be read: ${e.message}`),
+      );
     };
     const cleanup = () => {
       incoming.off('data', onData);

@@ -39,6 +39,11 @@ export interface IngestHandlerOptions {
   onOutcome?: (o: DeliveryOutcome) => void;
   /** Called after a new event is committed (wakes the drain). */
   onAccepted?: (r: IngestResult) => void;
+  /**
+   * Called as a delivery goes to the store; what it returns is called once the delivery's
+   * outcome was reported, whatever it was (the drain's lines wait for it: DrainLinesAfterDeliveries).
+   */
+  onStoring?: () => () => void;
   /** The configured routes: an event none of them applies to is stored done. Absent: every event waits for the drain. */
   routes?: readonly RouteConfig[] | undefined;
 }
@@ -46,6 +51,7 @@ export interface IngestHandlerOptions {
 const OUTCOME_BY_KIND: Partial<Record<ReceiverError['kind'], DeliveryOutcome['outcome']>> = {
   verification: 'unauthorized',
   too_large: 'too_large',
+  timeout: 'timeout',
   payload: 'bad_request',
   not_found: 'not_found',
   unavailable: 'unavailable',
@@ -73,7 +79,7 @@ function claimedDeliveryId(delivery: Delivery, source: ResolvedSource): string |
   }
 }
 
-export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, onOutcome, onAccepted, routes }: IngestHandlerOptions) {
+export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, onOutcome, onAccepted, onStoring, routes }: IngestHandlerOptions) {
   return async function ingest(c: Context): Promise<Response> {
     const started = performance.now();
     const name = c.req.param('source') ?? '';
@@ -83,6 +89,7 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
     const report = (o: Omit<DeliveryOutcome, 'durationMs' | 'source'>) => onOutcome?.({ source: logged, durationMs: performance.now() - started, ...o });
     let delivery: Delivery | undefined;
     let deliveryId: string | undefined;
+    let stored: (() => void) | undefined;
     try {
       if (source === undefined) throw new ReceiverError('not_found', `no source named "${logged}"`);
       const request = await readRawRequest(c, maxBodyBytes);
@@ -100,6 +107,7 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
       const unrouted =
         routes === undefined ? undefined : whyNoRouteApplies(routes, { source: name, eventType: identity.eventType, headers, body: delivery.raw });
       const routed = unrouted === undefined;
+      stored = onStoring?.();
       const result = await store.ingest({
         source: name,
         deliveryId: identity.deliveryId,
@@ -125,6 +133,8 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
       const status = e instanceof ReceiverError ? e.httpStatus : 500;
       report({ outcome: OUTCOME_BY_KIND[kind] ?? 'error', status, error: (e as Error).message, ...(deliveryId === undefined ? {} : { deliveryId }) });
       throw e;
+    } finally {
+      stored?.();
     }
   };
 }

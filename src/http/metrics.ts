@@ -70,6 +70,8 @@ export interface MetricsOptions {
   processMetrics?: boolean;
   /** Sources with catchUp configured: their receiver_catch_up_* series start at 0. */
   catchUpSources?: Iterable<string>;
+  /** Log lines dropped so far by the stderr writer (its buffer was full), read at scrape time. */
+  logLinesDropped?: () => number;
 }
 
 /** One catch-up run, as src/catchup/run.ts reports it (its CatchUpResult). */
@@ -106,7 +108,7 @@ export class ReceiverMetrics {
   readonly #catchUpRequests: Counter<'source'>;
   readonly #catchUpLastOk: Gauge<'source'>;
 
-  constructor({ sources = [], routes = [], queue, processMetrics = false, catchUpSources = [] }: MetricsOptions = {}) {
+  constructor({ sources = [], routes = [], queue, processMetrics = false, catchUpSources = [], logLinesDropped }: MetricsOptions = {}) {
     const registers = [this.registry];
     this.#sources = new Set(sources);
     this.#deliveries = new Counter({
@@ -212,6 +214,19 @@ export class ReceiverMetrics {
         collect,
       });
       const up = new Gauge({ name: 'receiver_database_up', help: '1 when the last scrape could read the queue from the database, else 0', registers, collect });
+    }
+    if (logLinesDropped !== undefined) {
+      let counted = 0;
+      new Counter({
+        name: 'receiver_log_lines_dropped_total',
+        help: 'Log lines dropped because stderr took them more slowly than they came (its buffer, log.bufferBytes, was full); never blocks ingest',
+        registers,
+        collect() {
+          const now = logLinesDropped();
+          this.inc(now - counted);
+          counted = now;
+        },
+      });
     }
     if (processMetrics) collectDefaultMetrics({ register: this.registry });
   }

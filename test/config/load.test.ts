@@ -153,6 +153,23 @@ describe('configuration', () => {
     expect(loadConfig({ config: file }, { RECEIVER_DB: join(tmp.dir, 'env.db') }).database).toBe(join(tmp.dir, 'env.db'));
     expect(loadConfig({}, { RECEIVER_CONFIG: file }).host).toBe('127.0.0.2');
   });
+
+  it('log.format: auto by default, then the file, $RECEIVER_LOG_FORMAT, --log-format; log.bufferBytes 4 MiB, at least 16 KiB', () => {
+    const file = join(tmp.dir, 'log.json');
+    writeFileSync(file, JSON.stringify({ database: join(tmp.dir, 'x.db') }));
+    expect(loadConfig({ config: file }, {}).log).toEqual({ level: 'info', format: 'auto', bufferBytes: 4 * 1024 * 1024 });
+    writeFileSync(file, JSON.stringify({ database: join(tmp.dir, 'x.db'), log: { format: 'json', bufferBytes: 65_536 } }));
+    expect(loadConfig({ config: file }, {}).log).toEqual({ level: 'info', format: 'json', bufferBytes: 65_536 });
+    expect(loadConfig({ config: file }, { RECEIVER_LOG_FORMAT: 'pretty' }).log.format).toBe('pretty');
+    expect(loadConfig({ config: file, logFormat: 'auto' }, { RECEIVER_LOG_FORMAT: 'pretty' }).log.format).toBe('auto');
+    expect(configErrorOf(() => loadConfig({ config: file }, { RECEIVER_LOG_FORMAT: 'text' })).message).toBe('log.format: "text" is not a log format');
+    expect(configErrorOf(() => resolveConfig(base({}, { log: { format: 'text' } }), 'c.json')).message).toMatch(
+      /^c\.json: invalid configuration\nlog\.format: /,
+    );
+    expect(configErrorOf(() => resolveConfig(base({}, { log: { bufferBytes: 1000 } }), 'c.json')).message).toMatch(
+      /^c\.json: invalid configuration\nlog\.bufferBytes: /,
+    );
+  });
 });
 
 describe('serve with a bad configuration', () => {

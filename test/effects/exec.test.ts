@@ -73,7 +73,7 @@ describe('exec effect', () => {
     const t0 = Date.now();
     const r = await runExec({ ...base, timeoutMs: 400, argv: ['/bin/sh', '-c', 'sleep 30 & echo $! > "$1"; echo $$ >> "$1"; echo started; wait', 'sh', pids] });
     expect(Date.now() - t0).toBeLessThan(5000);
-    expect(r).toMatchObject({ ok: false, retryable: true, error: 'timed out after 0.4s; process group killed', output: 'started\n' });
+    expect(r).toMatchObject({ ok: false, retryable: true, error: 'timed out after 0.4s; process group killed', output: 'started\n', timedOut: true });
     const [grandchild, shell] = readFileSync(pids, 'utf8').trim().split('\n').map(Number);
     // SIGKILL is delivered at once; give the kernel a moment to reap the orphan.
     for (let i = 0; i < 100 && (alive(grandchild!) || alive(shell!)); i++) await new Promise((r) => setTimeout(r, 20));

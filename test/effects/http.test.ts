@@ -92,7 +92,7 @@ describe('http effect', () => {
   it('a timeout and a refused connection are retryable; messages carry no credentials or query', async () => {
     answer = () => {}; // never answers
     const r = await req({ timeoutMs: 200, url: url.replace('http://', 'http://user:pw@') + '?token=abc' });
-    expect(r).toMatchObject({ ok: false, retryable: true });
+    expect(r).toMatchObject({ ok: false, retryable: true, timedOut: true });
     expect((r as { error: string }).error).toMatch(/timed out after 0.2s/);
     expect((r as { error: string }).error).not.toMatch(/pw|abc/);
     // A port held on 127.0.0.1 for the whole test, asked on 127.0.0.2 where nothing listens:

@@ -81,6 +81,9 @@ describe('module effect', () => {
     const { h, db } = await setup({ hang: true }, { module: './handlers/licence.mjs', timeoutSeconds: 0.1 });
     expect((await drainDue(h)).map((o) => o.status)).toEqual(['retry']);
     expect(db.event(1).last_error).toBe('licence: module timed out after 0.1s; its writes were rolled back');
+    // Reported (logs, metrics) as a timeout; recorded in attempts as failed, its error saying so.
+    expect(h.attempts.map((a) => a.outcome)).toEqual(['timeout']);
+    expect(db.attempts(1).map((a) => a.outcome)).toEqual(['failed']);
     await new Promise((r) => setTimeout(r, 500)); // let the abandoned handler try its late write
     expect((globalThis as { lateWrite?: string }).lateWrite).toMatch(/transaction has ended/);
     expect(db.db.prepare(`SELECT name FROM sqlite_master WHERE name = 'licences'`).all()).toEqual([]);

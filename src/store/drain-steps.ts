@@ -42,6 +42,13 @@ const statements = memo((d: Dialect) => {
         VALUES (${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}) RETURNING id`,
     ),
     // This event's latest run of the key (attempts that ran nothing have no run key).
+    // A forced replay's own ok run of this key: events.force_effects holds the id of the
+    // replay's first attempt row (ops-steps reset), so a retry of the replay (another route
+    // failed) does not run it again, under yet another forced key the app would not drop.
+    forcedInThisReplay: text(
+      (p) => `SELECT 1 AS done FROM attempts a JOIN events e ON e.id = a.event_id
+        WHERE a.event_id = ${p()} AND a.effect_key = ${p()} AND a.forced = 1 AND a.outcome = 'ok' AND e.force_effects > 0 AND a.id >= e.force_effects LIMIT 1`,
+    ),
     lastRun: text(
       (p) => `SELECT run_key, outcome FROM attempts WHERE event_id = ${p()} AND effect_key = ${p()} AND run_key IS NOT NULL ORDER BY id DESC LIMIT 1`,
     ),
@@ -189,9 +196,12 @@ export interface Decided {
 export function* decide(d: Dialect, lease: Lease, attempt: number, start: EffectStart, now: number): Steps<Decided> {
   const found = yield* first<LedgerDbRow>(statements(d).ledger, [lease.eventId, now, start.effectKey]);
   const row = found === undefined ? undefined : toLedger(found);
-  const decision = decideEffect(row, start);
-  if (decision === 'run') return { row, run: yield* planRun(d, lease, start, row) };
-  return { row, nonRun: yield* recordNonRun(d, lease, attempt, start, row!, decision, now) };
+  // Forced, but this replay already ran it (and is retried for another route's failure): as done.
+  const forcedAlready = start.force && (yield* first<{ done: number }>(statements(d).forcedInThisReplay, [lease.eventId, start.effectKey])) !== undefined;
+  const s = forcedAlready ? { ...start, force: false } : start;
+  const decision = decideEffect(row, s);
+  if (decision === 'run') return { row, run: yield* planRun(d, lease, s, row) };
+  return { row, nonRun: yield* recordNonRun(d, lease, attempt, s, row!, decision, now) };
 }
 
 /** The run key of an effect key's n-th forced run. */

@@ -100,11 +100,13 @@ const statements = memo((d: Dialect) => {
     deadRows: `SELECT ${REPLAY_COLUMNS} FROM events WHERE status = 'dead' ORDER BY id${d.lockRows}`,
     // Retry counter back to 0 so maxAttempts applies afresh; attempt rows are kept as history;
     // last_error stays until the next attempt replaces it. A plain replay never clears a
-    // pending force (the drain clears it when it completes the event).
+    // pending force (the drain clears it when it completes the event). A forced one sets
+    // force_effects to the id the replay's first attempt row will have at least: the drain
+    // tells this replay's forced runs from earlier ones by it (drain-steps forcedInThisReplay).
     reset: text(
       (p) => `UPDATE events SET status = 'pending', next_attempt_at = ${p()}, attempts = 0,
         lease_owner = NULL, lease_expires_at = NULL, finished_at = NULL,
-        force_effects = CASE WHEN ${p()} = 1 THEN 1 ELSE force_effects END
+        force_effects = CASE WHEN ${p()} = 1 THEN coalesce((SELECT max(a.id) FROM attempts a WHERE a.event_id = events.id), 0) + 1 ELSE force_effects END
         WHERE id IN (${d.idList(p())})`,
     ),
     event: text((p) => `SELECT ${DETAIL_COLUMNS} FROM events WHERE id = ${p()}`),

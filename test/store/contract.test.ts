@@ -628,6 +628,35 @@ describe.each(backends)('$name store contract', (backend) => {
         expect((await store.getEvent(e1.id))!.effects).toMatchObject([{ status: 'done', forcedRuns: 4 }]);
       });
 
+      it('a forced replay retried for one route does not run the route that already ran in it again; the next forced replay does', async () => {
+        const e1 = await claimed('a');
+        expect(await run(e1, start('licence', 'k'))).toBe('licence:k');
+        expect(await run(e1, start('mail', 'k'))).toBe('mail:k');
+        await store.completeEvent(e1.lease, T0);
+
+        await store.replayEvents([e1.id], { force: true, now: T0 });
+        const forced = (route: string) => start(route, 'k', { force: true });
+        const f1 = await store.claimEvent('drain-b', T0, LEASE);
+        expect(await run(f1!, forced('licence'))).toBe('licence:k#forced-1');
+        expect(await run(f1!, forced('mail'), 'failed')).toBe('mail:k#forced-1');
+        await store.retryEvent(f1!.lease, 'mail failed', T0);
+        // The retry: licence already ran in this replay (skipped), mail repeats its own forced run.
+        const f2 = await store.claimEvent('drain-c', T0, LEASE);
+        expect(await store.beginEffect(f2!.lease, f2!.attempt, forced('licence'), T0, LEASE)).toMatchObject({ action: 'skipped' });
+        expect(await run(f2!, forced('mail'))).toBe('mail:k#forced-1');
+        await store.completeEvent(f2!.lease, T0);
+
+        // A new forced replay runs both again, each under a new key.
+        await store.replayEvents([e1.id], { force: true, now: T0 });
+        const f3 = await store.claimEvent('drain-d', T0, LEASE);
+        expect(await run(f3!, forced('licence'))).toBe('licence:k#forced-2');
+        expect(await run(f3!, forced('mail'))).toMatch(/^mail:k#forced-\d+$/);
+        expect((await store.getEvent(e1.id))!.effects).toMatchObject([
+          { effectKey: 'licence:k', status: 'done', forcedRuns: 2 },
+          { effectKey: 'mail:k', status: 'done' },
+        ]);
+      });
+
       it("a module effect's handler gets the run key, and the database's dialect", async () => {
         const e1 = await claimed('a');
         const seen: string[] = [];

@@ -368,6 +368,19 @@ describe('admin pages', () => {
     expect(dead).toContain('<div>smtp: connection refused</div>');
   });
 
+  it("the event page numbers attempts across replays and shows a forced run's own run key", async () => {
+    const db = new Database(join(tmp.dir, 'receiver.db'));
+    const attempt = db.prepare('SELECT id, effect_key FROM attempts WHERE event_id = ? AND effect_key IS NOT NULL ORDER BY id LIMIT 1').get(ids.done) as {
+      id: number;
+      effect_key: string;
+    };
+    db.prepare("UPDATE attempts SET run_key = effect_key || '#forced-1', forced = 1 WHERE id = ?").run(attempt.id);
+    const html = await get(`/admin/events/${ids.done}`);
+    db.prepare('UPDATE attempts SET run_key = NULL, forced = 0 WHERE id = ?').run(attempt.id);
+    db.close();
+    expect(html).toContain(`<td class="mono">${attempt.effect_key}<div class="muted">run key ${attempt.effect_key}#forced-1</div></td>`);
+  });
+
   it('the event page lists why each route did or did not apply, escaped', async () => {
     const db = new Database(join(tmp.dir, 'receiver.db'));
     db.prepare('UPDATE events SET route_decisions = ? WHERE id = ?').run(

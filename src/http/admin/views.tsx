@@ -552,10 +552,13 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
             <tbody>
               {e.attemptLog.map((a) => (
                 <tr>
-                  <td class="num">{a.attempt}</td>
+                  <td class="num">{a.number}</td>
                   <td>{when(a.startedAt)}</td>
                   <td class="mono">{a.route}</td>
-                  <td class="mono">{a.effectKey ?? ''}</td>
+                  <td class="mono">
+                    {a.effectKey ?? ''}
+                    {a.runKey === null || a.runKey === a.effectKey ? null : <div class="muted">run key {a.runKey}</div>}
+                  </td>
                   <td>
                     {a.outcome}
                     {a.forced ? ' (forced)' : null}

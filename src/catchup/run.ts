@@ -224,7 +224,6 @@ async function storedAmong(store: CatchUpStore, source: string, items: readonly 
 async function storeOne(o: CatchUpRunOptions, item: ListedItem): Promise<boolean> {
   const body = item.body!;
   const identity = o.source.provider.identify({ raw: body, headers: {}, url: '', now: o.now }, o.source);
-  const unrouted = whyNoRouteApplies(o.routes, { source: o.source.name, eventType: identity.eventType, headers: {}, body });
   const r = await o.store.storeFetched({
     source: o.source.name,
     deliveryId: identity.deliveryId,
@@ -233,8 +232,7 @@ async function storeOne(o: CatchUpRunOptions, item: ListedItem): Promise<boolean
     bodySha256: identity.contentHash ?? sha256Hex(body),
     receivedAt: o.now,
     successStatus: o.source.successStatus,
-    routed: unrouted === undefined,
-    routeDecisions: unrouted,
+    unrouted: whyNoRouteApplies(o.routes, { source: o.source.name, eventType: identity.eventType, headers: {}, body }),
   });
   return r.stored;
 }

@@ -106,15 +106,13 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
       // Why no route applies, for an event stored done at once (undefined: the drain will see it).
       const unrouted =
         routes === undefined ? undefined : whyNoRouteApplies(routes, { source: name, eventType: identity.eventType, headers, body: delivery.raw });
-      const routed = unrouted === undefined;
       stored = onStoring?.();
       const result = await store.ingest({
         source: name,
         deliveryId: identity.deliveryId,
         eventType: identity.eventType,
         headers,
-        routed,
-        routeDecisions: unrouted,
+        unrouted,
         body: delivery.raw,
         bodySha256: identity.contentHash ?? sha256Hex(delivery.raw),
         extraIds: identity.extra,
@@ -123,7 +121,7 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
         onConflict: source.options.onConflict,
       });
       report({ outcome: result.outcome, status: result.status, eventId: result.eventId, deliveryId, eventType: identity.eventType });
-      if (result.outcome === 'accepted' && routed) onAccepted?.(result);
+      if (result.outcome === 'accepted' && unrouted === undefined) onAccepted?.(result);
       return c.body(result.body, result.status as 202, { 'content-type': 'application/json' });
     } catch (e) {
       const kind = e instanceof ReceiverError ? e.kind : 'runtime';

@@ -22,10 +22,8 @@ export interface FetchedEvent {
   receivedAt: number;
   /** The answer a later signed delivery of this event gets (202, or 200 for some senders). */
   successStatus: number;
-  /** false: no route applies, stored done (as ingest does). */
-  routed: boolean;
-  /** With `routed: false`: why no route applied (events.route_decisions, as ingest stores it). */
-  routeDecisions?: string | undefined;
+  /** Set when no route applies: why; stored done with it, as ingest does (NewEvent.unrouted). */
+  unrouted?: string | undefined;
 }
 
 export interface StoreFetchedResult {

@@ -36,12 +36,11 @@ export interface NewEvent {
   successStatus: number;
   onConflict: 'reject' | 'accept';
   /**
-   * false: no route applies to this event (its source, type or filters), so it is stored
-   * `done` at once and the drain never sees it. Default true.
+   * Set when no route applies to this event (its source, type or filters): why, one line
+   * per route (events.route_decisions). It is stored `done` at once and the drain never
+   * sees it. Absent: pending for the drain.
    */
-  routed?: boolean | undefined;
-  /** With `routed: false`: why no route applied, one line per route (events.route_decisions). */
-  routeDecisions?: string | undefined;
+  unrouted?: string | undefined;
 }
 
 /** The answer for one delivery, decided by the database's unique constraint. */

@@ -291,11 +291,11 @@ describe.each(backends)('$name store contract', (backend) => {
     });
 
     it('an event no route applies to is stored done on arrival and never claimed', async () => {
-      const r = await store.ingest(event('unrouted', undefined, { routed: false }));
+      const r = await store.ingest(event('unrouted', undefined, { unrouted: 'no route for source "shop"' }));
       expect(r.outcome).toBe('accepted');
       expect(await store.getEvent(r.eventId)).toMatchObject({ status: 'done', attempts: 0, finishedAt: T0 });
       expect(await store.claimEvents('d', T0, LEASE, 8)).toEqual([]);
-      expect((await store.ingest(event('unrouted', undefined, { routed: false }))).body).toBe(r.body);
+      expect((await store.ingest(event('unrouted', undefined, { unrouted: 'no route for source "shop"' }))).body).toBe(r.body);
     });
 
     it('close() finishes deliveries already submitted before it closes', async () => {
@@ -310,9 +310,9 @@ describe.each(backends)('$name store contract', (backend) => {
   describe('route decisions: why each route did or did not apply, stored with the event', () => {
     it('an event stored done at ingest keeps its decisions; a routed one has none until the drain settles it', async () => {
       const unrouted = await store.ingest(
-        event('u', undefined, { routed: false, routeDecisions: 'deploy: event type "ping" not in [push]\nlicence: filter body.ref = "x", wanted "y"' }),
+        event('u', undefined, { unrouted: 'deploy: event type "ping" not in [push]\nlicence: filter body.ref = "x", wanted "y"' }),
       );
-      const routed = await store.ingest(event('r', undefined, { routeDecisions: 'ignored: the event waits for the drain' }));
+      const routed = await store.ingest(event('r'));
       expect(await store.getEvent(unrouted.eventId)).toMatchObject({
         status: 'done',
         routeDecisions: ['deploy: event type "ping" not in [push]', 'licence: filter body.ref = "x", wanted "y"'],
@@ -1256,7 +1256,6 @@ describe.each(backends)('$name store contract', (backend) => {
       bodySha256: createHash('sha256').update(body).digest('hex'),
       receivedAt: T0,
       successStatus: 202,
-      routed: true,
       ...extra,
     });
 
@@ -1272,9 +1271,7 @@ describe.each(backends)('$name store contract', (backend) => {
       const c = await store.claimEvent('drain-a', T0, LEASE);
       expect(c?.id).toBe(first.eventId);
       // An unrouted fetched event is done at once, as ingest stores it.
-      const unrouted = await store.storeFetched(
-        fetched('evt_2', undefined, { routed: false, routeDecisions: 'licence: event type "charge.refunded" not in [invoice.paid]' }),
-      );
+      const unrouted = await store.storeFetched(fetched('evt_2', undefined, { unrouted: 'licence: event type "charge.refunded" not in [invoice.paid]' }));
       expect(await store.getEvent(unrouted.eventId)).toMatchObject({
         status: 'done',
         routeDecisions: ['licence: event type "charge.refunded" not in [invoice.paid]'],

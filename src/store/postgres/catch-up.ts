@@ -22,7 +22,7 @@ async function storeFetched(c: Conn, e: FetchedEvent): Promise<StoreFetchedResul
   // a later signed delivery of this event gets; ON CONFLICT: a webhook committed first wins.
   const drawn = await c.query<{ id: number }>('catch-up', `SELECT nextval(pg_get_serial_sequence('events', 'id')) AS id`);
   const id = drawn.rows[0]!.id;
-  const done = !e.routed;
+  const done = e.unrouted !== undefined;
   const inserted = await c.query<{ id: number }>(
     'catch-up',
     `INSERT INTO events
@@ -43,7 +43,7 @@ async function storeFetched(c: Conn, e: FetchedEvent): Promise<StoreFetchedResul
       e.successStatus,
       acceptedAnswer(id),
       done ? e.receivedAt : null,
-      done ? (e.routeDecisions ?? null) : null,
+      e.unrouted ?? null,
     ],
   );
   if (inserted.rows.length === 1) return { stored: true, eventId: id };

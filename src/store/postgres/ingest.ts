@@ -169,9 +169,9 @@ function insertParams(chunk: readonly { event: NewEvent; id: number }[]): unknow
     // Due as soon as it is received.
     e.receivedAt,
     // An event no route applies to is done on arrival: the drain never has to look at it.
-    e.routed === false ? 'done' : 'pending',
-    e.routed === false ? e.receivedAt : null,
-    e.routed === false ? (e.routeDecisions ?? null) : null,
+    e.unrouted === undefined ? 'pending' : 'done',
+    e.unrouted === undefined ? null : e.receivedAt,
+    e.unrouted ?? null,
   ]);
 }
 

@@ -29,7 +29,7 @@ function storeFetched(db: Db, busyTimeoutMs: number, e: FetchedEvent): Promise<S
   const run = db.transaction((): StoreFetchedResult => {
     // Insert-first on UNIQUE(source, delivery_id), as ingest: a webhook of the same event
     // committed first wins, and this changes nothing.
-    const done = !e.routed;
+    const done = e.unrouted !== undefined;
     const inserted = stmt(db, INSERT_FETCHED).run(
       e.source,
       e.deliveryId,
@@ -41,7 +41,7 @@ function storeFetched(db: Db, busyTimeoutMs: number, e: FetchedEvent): Promise<S
       e.successStatus,
       e.receivedAt,
       done ? e.receivedAt : null,
-      done ? (e.routeDecisions ?? null) : null,
+      e.unrouted ?? null,
     );
     if (inserted.changes === 1) {
       const id = Number(inserted.lastInsertRowid);

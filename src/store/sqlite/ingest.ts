@@ -35,7 +35,7 @@ export function ingestOne(s: IngestStatements, e: NewEvent): IngestResult {
   const headers = JSON.stringify(e.headers);
   const extra = e.extraIds === undefined ? null : JSON.stringify(e.extraIds);
   // An event no route applies to is done on arrival: the drain never has to look at it.
-  const done = e.routed === false;
+  const done = e.unrouted !== undefined;
   const run = s.insert.run(
     e.source,
     e.deliveryId,
@@ -49,7 +49,7 @@ export function ingestOne(s: IngestStatements, e: NewEvent): IngestResult {
     e.successStatus,
     e.receivedAt,
     done ? e.receivedAt : null,
-    done ? (e.routeDecisions ?? null) : null,
+    e.unrouted ?? null,
   );
   if (run.changes === 1) {
     const id = Number(run.lastInsertRowid);

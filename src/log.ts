@@ -1,6 +1,6 @@
 import { write as fsWrite, writeSync } from 'node:fs';
 import { pino, type Logger } from 'pino';
-import { printable } from './cli/common.js';
+import { printable } from './printable.js';
 import { LOG_BUFFER_BYTES } from './config/schema.js';
 import { SENSITIVE_HEADERS } from './providers/registry.js';
 import type { LogFormat } from './vocabulary.js';

@@ -41,7 +41,6 @@ const statements = memo((d: Dialect) => {
       (p) => `INSERT INTO attempts (event_id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced, run_key)
         VALUES (${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}) RETURNING id`,
     ),
-    // This event's latest run of the key (attempts that ran nothing have no run key).
     // A forced replay's own ok run of this key: events.force_effects holds the id of the
     // replay's first attempt row (ops-steps reset), so a retry of the replay (another route
     // failed) does not run it again, under yet another forced key the app would not drop.
@@ -49,6 +48,7 @@ const statements = memo((d: Dialect) => {
       (p) => `SELECT 1 AS done FROM attempts a JOIN events e ON e.id = a.event_id
         WHERE a.event_id = ${p()} AND a.effect_key = ${p()} AND a.forced = 1 AND a.outcome = 'ok' AND e.force_effects > 0 AND a.id >= e.force_effects LIMIT 1`,
     ),
+    // This event's latest run of the key (attempts that ran nothing have no run key).
     lastRun: text(
       (p) => `SELECT run_key, outcome FROM attempts WHERE event_id = ${p()} AND effect_key = ${p()} AND run_key IS NOT NULL ORDER BY id DESC LIMIT 1`,
     ),

@@ -52,6 +52,19 @@ describe('log lines', () => {
     expect(ids).toEqual([...Array(ids.length).keys()]);
   });
 
+  it('censors a headers object whole and secret-like fields, at any depth the paths name (a second line of defence)', async () => {
+    const batches: string[][] = [];
+    const logger = createLogger('info', { sink: batchedLines((lines) => batches.push(lines)) });
+    logger.info(
+      { headers: { 'stripe-signature': 't=1,v1=abc', 'user-agent': 'Stripe/1.0' }, req: { headers: { cookie: 'c' } }, source: { secret: 's' }, token: 't' },
+      'x',
+    );
+    await new Promise((r) => setImmediate(r));
+    const line = JSON.parse(batches[0]![0]!) as Record<string, unknown>;
+    expect(line).toMatchObject({ headers: '[redacted]', req: { headers: '[redacted]' }, source: { secret: '[redacted]' }, token: '[redacted]' });
+    expect(batches[0]![0]).not.toMatch(/abc|Stripe\/1\.0|"c"/);
+  });
+
   it('batchedLines hands on the lines of one event-loop turn together, in order', async () => {
     const batches: string[][] = [];
     const logger = createLogger('info', { sink: batchedLines((lines) => batches.push(lines)) });

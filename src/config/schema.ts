@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { LOG_BUFFER_BYTES } from '../log.js';
 import { LOG_FORMATS } from '../vocabulary.js';
 
 /**
@@ -6,9 +7,6 @@ import { LOG_FORMATS } from '../vocabulary.js';
  * field is an error naming it, because a typo such as "secrests" must not silently
  * leave a source unverified.
  */
-
-/** log.bufferBytes by default: about 15,000 lines waiting for a slow reader of stderr. */
-export const LOG_BUFFER_BYTES = 4 * 1024 * 1024;
 
 const secretRef = z.string().min(1, 'must not be empty');
 

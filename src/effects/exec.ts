@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import type { Config } from '../config/load.js';
+import type { RouteConfig } from '../config/schema.js';
 import { OutputTail, type EffectEvent, type EffectResult } from './types.js';
 
 export interface ExecRequest {
@@ -40,7 +40,7 @@ export const isReceiverVariable = (name: string) => name.startsWith('RECEIVER_')
  * command, whether or not the configuration references it. This is what crosses to the
  * drain thread; each command then gets only its own route's share (runExec).
  */
-export function effectEnvironment(config: Pick<Config, 'routes'>, parent: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+export function effectEnvironment(config: { routes: readonly RouteConfig[] }, parent: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
   return pickEnvironment(
     parent,
     config.routes.flatMap((r) => r.effect.env ?? []),

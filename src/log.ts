@@ -13,7 +13,7 @@ export const LOG_BUFFER_BYTES = 4 * 1024 * 1024;
  * durations, never headers or bodies, and Secret values print as "[secret]" anyway. A
  * `headers` object is censored whole, whichever headers it holds.
  */
-export const REDACT_PATHS = ['headers', '*.headers', 'secret', 'secrets', 'token', 'keys', '*.secret', '*.secrets', '*.token', '*.keys'];
+const REDACT_PATHS = ['headers', '*.headers', 'secret', 'secrets', 'token', 'keys', '*.secret', '*.secrets', '*.token', '*.keys'];
 
 /** Where log lines go: a whole line (or several) per write. */
 export interface LineSink {

@@ -119,7 +119,7 @@ export function startupWarnings(
 }
 
 /** Why listen() failed, in words, and what to do about it. */
-export function listenError(e: unknown, host: string, port: number): ReceiverError {
+function listenError(e: unknown, host: string, port: number): ReceiverError {
   const code = (e as NodeJS.ErrnoException).code ?? '';
   const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
   const [reason, hint] =

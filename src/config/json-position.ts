@@ -25,7 +25,7 @@ export function locateJsonError(text: string, error: Error): JsonSyntaxError {
 }
 
 /** 1-based line and column of a character offset (a tab counts as one column). */
-export function lineAndColumn(text: string, offset: number): { line: number; column: number } {
+function lineAndColumn(text: string, offset: number): { line: number; column: number } {
   const before = text.slice(0, Math.max(0, Math.min(offset, text.length)));
   const lines = before.split('\n');
   return { line: lines.length, column: (lines[lines.length - 1]?.length ?? 0) + 1 };
@@ -59,7 +59,7 @@ function failsBeforeEnd(prefix: string): boolean {
  * search over the beginnings finds it, with JSON.parse as the parser (about log2(length)
  * parses, and only for a text JSON.parse has already refused).
  */
-export function firstErrorOffset(text: string): number {
+function firstErrorOffset(text: string): number {
   if (!failsBeforeEnd(text)) return text.length;
   // failsBeforeEnd(text.slice(0, lo)) is false, failsBeforeEnd(text.slice(0, hi)) is true.
   let lo = 0;

@@ -25,7 +25,7 @@ export interface ExecRequest {
  * variables receiver sets: what a command needs to find programs, a home directory, its
  * locale and time zone. `LC_*` are locale settings (LC_ALL, LC_CTYPE, ...), never credentials.
  */
-export const MINIMAL_ENV_NAMES: readonly string[] = ['PATH', 'HOME', 'LANG', 'TZ'];
+const MINIMAL_ENV_NAMES: readonly string[] = ['PATH', 'HOME', 'LANG', 'TZ'];
 const LOCALE_NAME = /^LC_[A-Z_]+$/;
 
 /** What `effect.env` may name: a shell variable name, not one of receiver's own (`RECEIVER_*`). */

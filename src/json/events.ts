@@ -1,4 +1,5 @@
 import type { AttemptRow, EventDetail, EventSummary } from '../store/ops-types.js';
+import type { AttemptRowOutcome } from '../vocabulary.js';
 
 /**
  * The JSON documents of `events list --json` and `events show --json`, which the admin API
@@ -28,7 +29,7 @@ export function summaryJson(e: EventSummary) {
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
 /** The body as text when it is valid UTF-8, else base64; `bodyEncoding` says which. */
-export function bodyJson(body: Buffer | null): { body: string | null; bodyEncoding: 'utf8' | 'base64' | null } {
+function bodyJson(body: Buffer | null): { body: string | null; bodyEncoding: 'utf8' | 'base64' | null } {
   if (body === null) return { body: null, bodyEncoding: null };
   try {
     return { body: utf8.decode(body), bodyEncoding: 'utf8' };
@@ -43,7 +44,7 @@ export function bodyJson(body: Buffer | null): { body: string | null; bodyEncodi
  * repeats within it, and a replay where it does not go up. `number` counts tries from the
  * first; `replay` counts the replays before the row (0: before any).
  */
-export function numberAttempts(rows: readonly AttemptRow[]): { number: number; replay: number }[] {
+function numberAttempts(rows: readonly AttemptRow[]): { number: number; replay: number }[] {
   let number = 0;
   let replay = 0;
   let stored = 0;
@@ -65,8 +66,7 @@ export function numberAttempts(rows: readonly AttemptRow[]): { number: number; r
 export function detailJson(e: EventDetail) {
   const numbers = numberAttempts(e.attemptRows);
   // Outcomes that ran the effect: skipped, stale and busy ran nothing.
-  const runsOf = (effectKey: string, outcome: 'ok' | 'failed' | 'running') =>
-    e.attemptRows.filter((a) => a.effectKey === effectKey && a.outcome === outcome).length;
+  const runsOf = (effectKey: string, outcome: AttemptRowOutcome) => e.attemptRows.filter((a) => a.effectKey === effectKey && a.outcome === outcome).length;
   return {
     ...summaryJson(e),
     leaseOwner: e.leaseOwner,

@@ -1,5 +1,6 @@
 import { ReceiverError } from '../../errors.js';
-import { EVENT_STATUSES, type EventStatus, type ListEventsQuery } from '../../store/ops-types.js';
+import type { ListEventsQuery } from '../../store/ops-types.js';
+import { EVENT_STATUSES, type EventStatus } from '../../vocabulary.js';
 import { parseTime } from '../../time.js';
 
 /**

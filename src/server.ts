@@ -232,7 +232,7 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
         config,
         logger,
         logStyle: style,
-        onLines: (lines) => order.drainLines(lines),
+        onLines: (lines) => order.add(lines),
         onAttempt: (a) => metrics.observeAttempt(a),
         onEvent: (e) => metrics.observeEvent(e),
         onFailure: options.onFatal ?? ((e) => logger.fatal({ err: e }, 'drain thread failed')),

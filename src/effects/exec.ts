@@ -58,7 +58,7 @@ function pickEnvironment(from: NodeJS.ProcessEnv, listed: readonly string[]): No
 }
 
 /** After the main process exits, how long to wait for its output pipes to close. */
-const DRAIN_OUTPUT_MS = 1000;
+const PIPES_CLOSE_MS = 1000;
 
 /**
  * Runs an argv (no shell) with the raw body on stdin. Exit 0 is success; anything else is
@@ -84,7 +84,7 @@ export function runExec(req: ExecRequest): Promise<EffectResult> {
     let settled = false;
     let killedFor: 'timeout' | 'shutdown' | undefined;
     let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
-    let drainTimer: NodeJS.Timeout | undefined;
+    let pipesTimer: NodeJS.Timeout | undefined;
 
     let child: ReturnType<typeof spawn>;
     try {
@@ -114,7 +114,7 @@ export function runExec(req: ExecRequest): Promise<EffectResult> {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      clearTimeout(drainTimer);
+      clearTimeout(pipesTimer);
       req.signal?.removeEventListener('abort', onAbort);
       child.stdout?.destroy();
       child.stderr?.destroy();
@@ -139,7 +139,7 @@ export function runExec(req: ExecRequest): Promise<EffectResult> {
       exit = { code, signal };
       clearTimeout(timer);
       // A background process it left behind may hold the pipes open: do not wait for it forever.
-      drainTimer = setTimeout(() => finish(outcome()), DRAIN_OUTPUT_MS);
+      pipesTimer = setTimeout(() => finish(outcome()), PIPES_CLOSE_MS);
     });
     child.on('close', () => finish(outcome()));
 

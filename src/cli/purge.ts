@@ -9,7 +9,7 @@ import type { CliIo } from './io.js';
 /**
  * Rows per purge batch (one short write transaction each): long enough that a million
  * events purge in minutes, short enough that a running server's inserts wait for the write
- * lock no longer than a batch. Chosen with bench/purge.mjs (its header has the figures).
+ * lock no longer than a batch. Chosen with bench/purge.mjs (figures: bench/README.md).
  */
 const DEFAULT_BATCH_SIZE = 1000;
 /** Between batches the write lock is free at least this long, and at least as long as the batch held it. */

@@ -48,8 +48,8 @@ export function binarySandbox(): { cwd: string; env: NodeJS.ProcessEnv } {
   return sandbox;
 }
 
-/** The command, arguments, working directory and environment that run `receiver <args>`. */
-function receiverCommand(
+/** The command, arguments, working directory and environment that run `receiver <args>` (bin/receiver.js, or RECEIVER_TEST_BINARY). */
+export function receiverCommand(
   args: string[],
   options: { env?: NodeJS.ProcessEnv; cwd?: string },
 ): { file: string; args: string[]; cwd: string; env: NodeJS.ProcessEnv } {

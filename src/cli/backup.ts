@@ -1,5 +1,19 @@
-import { closeSync, existsSync, fsyncSync, linkSync, openSync, readdirSync, realpathSync, renameSync, statSync, unlinkSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  fsyncSync,
+  linkSync,
+  lstatSync,
+  openSync,
+  readdirSync,
+  readlinkSync,
+  realpathSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+} from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
+import { Worker } from 'node:worker_threads';
 import type { Command } from 'commander';
 import { isPostgresUrl } from '../config/database.js';
 import { ReceiverError } from '../errors.js';
@@ -39,12 +53,21 @@ export function registerBackup(program: Command, io: CliIo): void {
 }
 
 /**
+ * The hidden name a copy is written under until it is checked: beside the target (so the
+ * rename is atomic), with the process id that writes it, so a later run can tell the
+ * leftovers of a killed run (its process gone) from a copy being written right now.
+ * SQLite adds `-journal` to it while VACUUM INTO writes.
+ */
+const partialName = (target: string, pid: number, ms: number) => `.${target}.partial-${pid}-${ms}`;
+const PARTIAL_SUFFIX = '\\.partial-(\\d+)-\\d+(?:-journal)?';
+
+/**
  * `receiver backup <file>`: a consistent, checked copy of a running receiver's SQLite
  * database. The copy is written beside its destination under a temporary name, checked,
  * synced, and only then given its name, so a failed or interrupted backup never leaves a
  * half-written file under a backup's name (nor replaces a good one with it).
  */
-export function backup(template: string, options: BackupOptions, io: CliIo): void {
+export async function backup(template: string, options: BackupOptions, io: CliIo): Promise<void> {
   const config = configFrom(options, io.env, { secrets: false });
   const database = config.database;
   if (isPostgresUrl(database)) {
@@ -76,12 +99,13 @@ export function backup(template: string, options: BackupOptions, io: CliIo): voi
       hint: `create it, readable only by the service's user: install -d -m 0700 -o receiver -g receiver ${dir}`,
     });
   }
-  if (sameFile(target, database)) {
-    throw new ReceiverError('usage', `${target} is the database itself`, {
+  const live = databaseFile(target, database);
+  if (live !== undefined) {
+    throw new ReceiverError('usage', `${target} ${live}; nothing was written`, {
       hint: 'name a file in a backup directory, e.g. /var/backups/receiver/receiver-{date}.db',
     });
   }
-  const exists = existsSync(target);
+  const exists = lstatQuietly(target) !== undefined;
   if (exists && options.force !== true) {
     throw new ReceiverError('runtime', `${target} already exists; nothing was written`, {
       hint: hasPlaceholder
@@ -90,9 +114,11 @@ export function backup(template: string, options: BackupOptions, io: CliIo): voi
     });
   }
 
-  // The temporary copy: beside the target (so the rename is atomic), hidden, 0600 (a copy
-  // holds every stored body), created empty because VACUUM INTO writes only into an empty file.
-  const partial = join(dir, `.${basename(target)}.partial-${process.pid}-${now.getTime()}`);
+  // What killed runs left behind (hundreds of MB each) goes before this copy needs the space.
+  const leftovers = removeLeftovers(dir, basename(template));
+  // The temporary copy: hidden, 0600 (a copy holds every stored body), created empty because
+  // VACUUM INTO writes only into an empty file.
+  const partial = join(dir, partialName(basename(target), process.pid, now.getTime()));
   let result: BackupResult;
   try {
     closeSync(openSync(partial, 'wx', 0o600));
@@ -101,8 +127,9 @@ export function backup(template: string, options: BackupOptions, io: CliIo): voi
       hint: `run the backup as a user who may write to ${dir} (the service's user: receiver backup through contrib/receiver.sh)`,
     });
   }
+  const progress = io.stderr.isTTY === true && io.stderr.fd !== undefined ? await drawProgress(database, partial, io.stderr) : undefined;
   try {
-    result = backupSqlite(database, partial, { busyTimeoutMs: Math.max(config.busyTimeoutMs, 5000) });
+    result = backupSqlite(database, partial, { busyTimeoutMs: Math.max(config.busyTimeoutMs, 5000), onChecking: () => progress?.checking() });
     if (options.force === true) renameSync(partial, target);
     else {
       // link() never replaces: a file created under this name meanwhile is not overwritten.
@@ -112,6 +139,7 @@ export function backup(template: string, options: BackupOptions, io: CliIo): voi
     syncDirectory(dir);
   } catch (e) {
     removeQuietly(partial);
+    removeQuietly(`${partial}-journal`);
     if (e instanceof ReceiverError) throw e;
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'EEXIST')
@@ -120,13 +148,16 @@ export function backup(template: string, options: BackupOptions, io: CliIo): voi
       hint: `check the free space and permissions of ${dir}`,
       cause: e,
     });
+  } finally {
+    await progress?.end();
   }
 
   const bytes = statSync(target).size;
   const rows = Object.entries(result.rows)
     .map(([table, n]) => `${n} ${table}`)
     .join(', ');
-  const lines = [`wrote ${target} (${formatBytes(bytes)}, schema version ${result.schemaVersion}, integrity ok): ${rows}`];
+  const lines = leftovers.map((name) => `removed ${join(dir, name)} (left by a backup that was killed)`);
+  lines.push(`wrote ${target} (${formatBytes(bytes)}, schema version ${result.schemaVersion}, integrity ok): ${rows}`);
   if (exists) lines.push(`replaced the earlier ${basename(target)} (--force)`);
   if (options.keep !== undefined) {
     const removed = rotate(dir, basename(template), options.keep, basename(target));
@@ -142,11 +173,7 @@ export function backup(template: string, options: BackupOptions, io: CliIo): voi
  * sort in time order) are deleted. Returns the names deleted. `written` is never deleted.
  */
 function rotate(dir: string, template: string, keep: number, written: string): string[] {
-  // split() with a capturing group keeps the placeholders between the literal parts.
-  const parts = template.split(/(\{date\}|\{datetime\})/);
-  const pattern = new RegExp(
-    `^${parts.map((p) => (Object.hasOwn(PLACEHOLDERS, p) ? PLACEHOLDERS[p as keyof typeof PLACEHOLDERS].pattern : escapeRegExp(p))).join('')}$`,
-  );
+  const pattern = new RegExp(`^${namePattern(template)}$`);
   const copies = readdirSync(dir, { withFileTypes: true })
     .filter((d) => d.isFile() && pattern.test(d.name))
     .map((d) => d.name)
@@ -161,23 +188,159 @@ function rotate(dir: string, template: string, keep: number, written: string): s
   return removed;
 }
 
+/** A regular expression source matching the names `template` gives, a date or time where each placeholder is. */
+function namePattern(template: string): string {
+  // split() with a capturing group keeps the placeholders between the literal parts.
+  return template
+    .split(/(\{date\}|\{datetime\})/)
+    .map((p) => (Object.hasOwn(PLACEHOLDERS, p) ? PLACEHOLDERS[p as keyof typeof PLACEHOLDERS].pattern : escapeRegExp(p)))
+    .join('');
+}
+
+/**
+ * Deletes the partial copies and journals that earlier runs of this backup (a name like
+ * `template`) left in `dir` when they were killed: files named as partialName names them,
+ * owned by this user, whose process is gone. A copy another run is writing now (its
+ * process alive), a file of another user, a link or a directory, and any other name, stay.
+ * Returns the names deleted.
+ */
+function removeLeftovers(dir: string, template: string): string[] {
+  const pattern = new RegExp(`^\\.${namePattern(template)}${PARTIAL_SUFFIX}$`);
+  const uid = process.geteuid?.();
+  const removed: string[] = [];
+  for (const name of readdirSync(dir).sort()) {
+    const m = pattern.exec(name);
+    if (m === null) continue;
+    const pid = Number(m[1]);
+    const st = lstatQuietly(join(dir, name));
+    if (st === undefined || !st.isFile() || (uid !== undefined && st.uid !== uid) || pid === process.pid || isRunning(pid)) continue;
+    unlinkSync(join(dir, name));
+    removed.push(name);
+  }
+  return removed;
+}
+
+/** Whether a process with this id exists (one of another user counts: kill() says EPERM). */
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 function escapeRegExp(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
-/** True when `target` names the database file or its -wal/-shm, through any symlink or relative path. */
-function sameFile(target: string, database: string): boolean {
-  const real = (p: string) => {
-    try {
-      return join(realpathSync(dirname(p)), basename(p));
-    } catch {
-      return resolve(p);
-    }
-  };
-  const t = real(target);
-  const db = real(database);
-  return t === db || t === `${db}-wal` || t === `${db}-shm`;
+/**
+ * Why `target` is the live database, if it is: what it names once every symbolic link is
+ * followed, in the file itself and in every directory above it (a link that points
+ * nowhere yet included), is the database file or its -wal, -shm or -journal file, or
+ * another name (a hard link) for one of them. Writing the copy there would replace the
+ * database under the running receiver.
+ */
+function databaseFile(target: string, database: string): string | undefined {
+  const to = followLinks(target);
+  const names = new Map<string, string>();
+  // SQLite keeps its -wal beside the file it opened once links are followed; the name as
+  // configured (the directory's links followed) is counted too.
+  for (const db of [followLinks(database), join(followLinks(dirname(resolve(database))), basename(database))]) {
+    names.set(db, 'the database itself');
+    for (const suffix of ['-wal', '-shm', '-journal']) names.set(db + suffix, `the database's ${suffix} file`);
+  }
+  const what = names.get(to);
+  if (what !== undefined) return to === resolve(target) ? `is ${what}` : `resolves to ${to}, ${what}`;
+  const st = statQuietly(to);
+  if (st === undefined) return undefined;
+  for (const [file, which] of names) {
+    const other = statQuietly(file);
+    if (other !== undefined && other.dev === st.dev && other.ino === st.ino) return `is another name (a hard link) for ${file}, ${which}`;
+  }
+  return undefined;
 }
+
+/**
+ * `path`, absolute, with every symbolic link followed: in the last component and in every
+ * directory, whether or not the file it ends at exists.
+ */
+function followLinks(path: string, depth = 0): string {
+  const abs = resolve(path);
+  try {
+    return realpathSync(abs);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code !== 'ENOENT' && code !== 'ENOTDIR') throw new ReceiverError('usage', `cannot resolve ${path}: ${code ?? (e as Error).message}`);
+  }
+  // Missing: a dangling link is followed to where it points; else its directory is resolved.
+  if (depth > 40) throw new ReceiverError('usage', `cannot resolve ${path}: too many levels of symbolic links`);
+  const st = lstatQuietly(abs);
+  if (st?.isSymbolicLink() === true) return followLinks(resolve(dirname(abs), readlinkSync(abs)), depth + 1);
+  const dir = dirname(abs);
+  return dir === abs ? abs : join(followLinks(dir, depth + 1), basename(abs));
+}
+
+function lstatQuietly(path: string) {
+  try {
+    return lstatSync(path);
+  } catch {
+    return undefined;
+  }
+}
+
+function statQuietly(path: string) {
+  try {
+    return statSync(path);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * On a terminal, a line on stderr rewritten in place while the copy is written and then
+ * checked: how much is written against the database's size, then how long the check has
+ * run. VACUUM INTO and integrity_check each hold this thread for as long as they run, so a
+ * worker thread draws it, writing to stderr's descriptor itself. Resolves once the first
+ * line is drawn.
+ */
+async function drawProgress(database: string, partial: string, stderr: CliIo['stderr']): Promise<{ checking(): void; end(): Promise<void> }> {
+  const total = [database, `${database}-wal`].reduce((n, f) => n + (statQuietly(f)?.size ?? 0), 0);
+  const worker = new Worker(PROGRESS_WORKER, { eval: true, workerData: { fd: stderr.fd, file: partial, name: basename(database), total } });
+  await new Promise<void>((resolve, reject) => {
+    worker.once('message', () => resolve());
+    worker.once('error', reject);
+  });
+  return {
+    checking: () => worker.postMessage('checking'),
+    async end() {
+      await worker.terminate();
+      stderr.write('\r\x1b[K');
+    },
+  };
+}
+
+const PROGRESS_WORKER = `
+const { workerData: w, parentPort } = require('node:worker_threads');
+const { statSync, writeSync } = require('node:fs');
+const mib = (n) => (n / 1048576).toFixed(1);
+let phase = 'copying';
+let since = Date.now();
+function draw() {
+  let text;
+  if (phase === 'copying') {
+    let size = 0;
+    try { size = statSync(w.file).size; } catch {}
+    const percent = w.total > 0 ? Math.min(99, Math.floor((size * 100) / w.total)) : 0;
+    text = 'copying ' + w.name + ': ' + mib(size) + ' MiB of at most ' + mib(w.total) + ' MiB (' + percent + '%)';
+  } else text = 'checking the copy (integrity_check): ' + Math.round((Date.now() - since) / 1000) + ' s';
+  try { writeSync(w.fd, '\\r\\x1b[K' + text); } catch {}
+}
+parentPort.on('message', (m) => { phase = m; since = Date.now(); draw(); });
+draw();
+parentPort.postMessage('drawn');
+setInterval(draw, 500);
+`;
 
 /** The directory entry (the new name) is on disk too, not only the file's bytes. */
 function syncDirectory(dir: string): void {

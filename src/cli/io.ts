@@ -7,9 +7,10 @@ export interface CliIo {
   stdout: { write(text: string): unknown };
   /**
    * `isTTY`: a terminal, where a command may draw a progress line (catch-up) and serve
-   * writes readable log lines; `hasColors()`: whether that terminal shows colours.
+   * writes readable log lines; `hasColors()`: whether that terminal shows colours; `fd`:
+   * its descriptor, for a thread that draws progress while this one is busy (backup).
    */
-  stderr: { write(text: string): unknown; isTTY?: boolean; hasColors?: () => boolean };
+  stderr: { write(text: string): unknown; isTTY?: boolean; hasColors?: () => boolean; fd?: number };
   now: () => number;
   /** Standard input, for a command that reads it (`send-test --body -`); absent in tests that give none. */
   stdin?: AsyncIterable<Buffer | string>;

@@ -1,10 +1,11 @@
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { chownSync, copyFileSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 import { verifyBackup } from '../../src/store/sqlite/backup.js';
 import { LATEST_VERSION } from '../../src/store/sqlite/migrations.js';
-import { post, runCli, runInProcess, startServe, tempDir, writeConfig } from '../helpers.js';
+import { post, receiverCommand, runCli, runInProcess, startServe, tempDir, writeConfig } from '../helpers.js';
 import { insertEvent, seedDb } from '../store/ops-seed.js';
 
 /** `receiver backup <file>`: a consistent, checked copy of a running receiver's SQLite database. */
@@ -152,6 +153,123 @@ describe('receiver backup', () => {
     expect(readdirSync(backups)).toEqual([]);
     expect(countEvents(join(dir, 'receiver.db'))).toBe(1);
   });
+
+  it('refuses a target that resolves to the database or its -wal through a symbolic link, in the file, its directory or a parent; the database stays as it was', async () => {
+    // The database as the configuration names it may itself be a link (as in a move to a
+    // bigger disk): var/data/receiver.db is the file, etc-db.db the name configured.
+    const { dir, backups } = setup(5);
+    mkdirSync(join(dir, 'var/data'), { recursive: true });
+    copyFileSync(join(dir, 'receiver.db'), join(dir, 'var/data/receiver.db'));
+    const real = join(dir, 'var/data/receiver.db');
+    symlinkSync(real, join(dir, 'etc-db.db'));
+    symlinkSync(join(dir, 'var/data'), join(dir, 'datalink'));
+    symlinkSync(join(dir, 'var'), join(dir, 'varlink'));
+    symlinkSync(real, join(backups, 'latest.db'));
+    symlinkSync(`${real}-wal`, join(backups, 'wal-link.db'));
+    const config = writeConfig(dir, { database: join(dir, 'etc-db.db'), sources: { t: { provider: 'none', deliveryId: '{body.id}' } } });
+    const inode = statSync(real).ino;
+    const cases: [string, RegExp][] = [
+      [real, /var\/data\/receiver\.db is the database itself/], // the file the configured link points at
+      [join(dir, 'datalink/receiver.db'), /resolves to .*var\/data\/receiver\.db, the database itself/], // its directory through a link
+      [join(dir, 'varlink/data/receiver.db'), /resolves to .*var\/data\/receiver\.db, the database itself/], // a parent directory through a link
+      [`${real}-wal`, /the database's -wal file/], // the -wal name, not there yet
+      [join(dir, 'datalink/receiver.db-shm'), /the database's -shm file/],
+      [join(backups, 'latest.db'), /backups\/latest\.db resolves to .*var\/data\/receiver\.db, the database itself/], // the target a link to it
+      [join(backups, 'wal-link.db'), /the database's -wal file/], // a link to where the -wal would be
+    ];
+    for (const [i, [target, message]] of cases.entries()) {
+      // The first as a process (the issue's case), the others in process (the same code, faster).
+      const r = await (i === 0 ? runCli : runInProcess)(['backup', target, '--force', '-c', config]);
+      expect(r.stderr, target).toMatch(message);
+      expect(r.stderr).toMatch(/nothing was written\nTry: name a file in a backup directory/);
+      expect(r.code).toBe(2);
+    }
+    // Not replaced (same inode), no -wal made up, no partial copy anywhere, the links untouched.
+    expect(statSync(real).ino).toBe(inode);
+    expect(readdirSync(join(dir, 'var/data'))).toEqual(['receiver.db']);
+    expect(countEvents(real)).toBe(5);
+    expect(readdirSync(backups).sort()).toEqual(['latest.db', 'wal-link.db']);
+    expect(lstatSync(join(backups, 'latest.db')).isSymbolicLink()).toBe(true);
+    // A copy beside the links is fine.
+    const ok = await runInProcess(['backup', join(dir, 'datalink/copy.db'), '-c', config]);
+    expect(ok.code).toBe(0);
+    expect(countEvents(join(dir, 'var/data/copy.db'))).toBe(5);
+  });
+
+  it('a backup killed mid-copy leaves its partial copy and journal; the next run removes them, and only them', async () => {
+    const { dir, config, backups } = setup(3);
+    // 40 MB more to copy: VACUUM INTO runs long enough to be killed in the middle.
+    const db = new Database(join(dir, 'receiver.db'));
+    db.exec(
+      'CREATE TABLE pad (b BLOB); WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10000) INSERT INTO pad SELECT randomblob(4096) FROM n',
+    );
+    db.close();
+    const run = receiverCommand(['backup', join(backups, 'receiver-{date}.db'), '-c', config], {});
+    const child = spawn(run.file, run.args, { cwd: run.cwd, env: run.env, stdio: 'ignore' });
+    const exited = new Promise((r) => child.once('exit', r));
+    const partial = /^\.receiver-\d{4}-\d{2}-\d{2}\.db\.partial-\d+-\d+$/;
+    const until = Date.now() + 15_000;
+    while (!readdirSync(backups).some((f) => partial.test(f)) && Date.now() < until) await new Promise((r) => setTimeout(r, 2));
+    await new Promise((r) => setTimeout(r, 30));
+    child.kill('SIGKILL');
+    await exited;
+    const left = readdirSync(backups);
+    expect(left.filter((f) => partial.test(f))).toHaveLength(1);
+    expect(left.some((f) => f.endsWith('-journal'))).toBe(true);
+
+    // Files that are not the leftovers of this backup: another run's copy in progress (its
+    // process alive), other names, a directory, a link, another user's file.
+    const dead = spawnSync('true').pid;
+    const foreign = [
+      `.receiver-2026-02-28.db.partial-${process.pid}-1`,
+      '.receiver-2026-02-28.db.partial-notes',
+      `.receiver-2026-02-28.db.partial-${dead}-1.bak`,
+      `.other-2026-02-28.db.partial-${dead}-1`,
+      `receiver-2026-02-28.db.partial-${dead}-1`,
+    ];
+    for (const f of foreign) writeFileSync(join(backups, f), 'not a leftover of this backup');
+    mkdirSync(join(backups, `.receiver-2026-02-27.db.partial-${dead}-1`));
+    symlinkSync(join(dir, 'receiver.db'), join(backups, `.receiver-2026-02-26.db.partial-${dead}-1`));
+    const others = join(backups, `.receiver-2026-02-25.db.partial-${dead}-1`);
+    writeFileSync(others, 'x');
+    let chowned = true;
+    try {
+      chownSync(others, 65534, 65534);
+    } catch {
+      chowned = false; // not root: no file of another user to make
+    }
+
+    const r = await runCli(['backup', join(backups, 'receiver-{date}.db'), '-c', config]);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const removed = left.filter((f) => f.startsWith('.'));
+    for (const f of removed) expect(r.stdout).toContain(`removed ${join(backups, f)} (left by a backup that was killed)`);
+    const now = readdirSync(backups);
+    for (const f of removed) expect(now).not.toContain(f);
+    for (const f of [...foreign, `.receiver-2026-02-27.db.partial-${dead}-1`, `.receiver-2026-02-26.db.partial-${dead}-1`]) expect(now).toContain(f);
+    if (chowned) expect(now).toContain(`.receiver-2026-02-25.db.partial-${dead}-1`);
+    expect(now.filter((f) => /^receiver-\d{4}-\d{2}-\d{2}\.db$/.test(f))).toHaveLength(1);
+    expect(countEvents(join(dir, 'receiver.db'))).toBe(3);
+  });
+
+  it.skipIf(spawnSync('script', ['--version']).status !== 0)(
+    'on a terminal it draws its progress on stderr (from a thread: the copy holds the main one) and clears it; elsewhere nothing',
+    async () => {
+      const { config, backups } = setup(2);
+      const run = receiverCommand(['backup', join(backups, 'tty.db'), '-c', config], {});
+      const quote = (s: string) => `'${s.replaceAll("'", "'\\''")}'`;
+      // script(1) runs the command on a pseudo-terminal and copies what it wrote.
+      const r = spawnSync('script', ['-qfec', [run.file, ...run.args].map(quote).join(' '), '/dev/null'], { cwd: run.cwd, env: run.env, encoding: 'utf8' });
+      expect(r.status).toBe(0);
+      const clear = '\r\x1b[K';
+      expect(r.stdout).toContain(`${clear}copying receiver.db: `);
+      expect(r.stdout).toMatch(/copying receiver\.db: [\d.]+ MiB of at most [\d.]+ MiB \(\d+%\)/);
+      // Cleared before the result is printed.
+      expect(r.stdout).toContain(`${clear}wrote ${join(backups, 'tty.db')} (`);
+      const plain = await runCli(['backup', join(backups, 'pipe.db'), '-c', config]);
+      expect(plain.stderr).toBe('');
+    },
+  );
 
   it('a failed copy leaves nothing behind and exits 1: a database file that is not a database, a missing database', async () => {
     const { dir, config, backups } = setup(0);

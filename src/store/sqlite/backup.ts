@@ -23,7 +23,7 @@ export interface BackupResult {
  * The database is opened read-only: a backup never migrates or otherwise writes to it (a
  * backup taken before an upgrade by the new version leaves the old schema alone).
  */
-export function backupSqlite(database: string, into: string, options: { busyTimeoutMs: number }): BackupResult {
+export function backupSqlite(database: string, into: string, options: { busyTimeoutMs: number; onChecking?: () => void }): BackupResult {
   const source = openSqlite(database, { busyTimeoutMs: options.busyTimeoutMs, readonly: true });
   let schemaVersion: number;
   try {
@@ -38,6 +38,7 @@ export function backupSqlite(database: string, into: string, options: { busyTime
   } finally {
     source.close();
   }
+  options.onChecking?.();
   const rows = verifyBackup(into, schemaVersion);
   // VACUUM INTO writes without syncing: the copy is on disk before anyone relies on it.
   const fd = openSync(into, 'r');

@@ -80,8 +80,11 @@ function openVerified(file: string, sha256: string): number | undefined {
   try {
     fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW);
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw e;
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return undefined;
+    // O_NOFOLLOW: a symbolic link planted under the addon's name is never followed.
+    if (code === 'ELOOP') throw new ReceiverError('config', `${file} is a symbolic link; not loading it`, { hint: TRY });
+    throw new ReceiverError('config', `cannot open the SQLite addon ${file}: ${code ?? (e as Error).message}`, { hint: TRY });
   }
   try {
     const st = fstatSync(fd);

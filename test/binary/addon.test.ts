@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { chmodSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, lstatSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -84,5 +84,19 @@ describe('the single executable: better-sqlite3 addon on disk', () => {
     loadAddon({ dir, sha256, bytes: () => bytes });
     chmodSync(addonFile({ dir, sha256 }), 0o520);
     expect(refusal(() => loadAddon({ dir, sha256, bytes: () => bytes })).message).toContain('writable by it alone');
+  });
+
+  it('refuses a symbolic link planted under the addon file name, even to the right bytes: Error/Try naming it, the link left alone', () => {
+    const dir = fresh();
+    ensurePrivateDir(dir);
+    const elsewhere = join(tmp.dir, `genuine-${k}.node`);
+    writeFileSync(elsewhere, bytes, { mode: 0o500 });
+    const file = addonFile({ dir, sha256 });
+    symlinkSync(elsewhere, file);
+    const e = refusal(() => loadAddon({ dir, sha256, bytes: () => bytes }));
+    expect(e.kind).toBe('config');
+    expect(e.message).toBe(`${file} is a symbolic link; not loading it`);
+    expect(e.hint).toContain('RECEIVER_NATIVE_DIR');
+    expect(lstatSync(file).isSymbolicLink()).toBe(true);
   });
 });

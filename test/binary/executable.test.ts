@@ -1,6 +1,6 @@
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -259,6 +259,20 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
     expect(r.stderr).toContain(dir);
     expect(r.stderr).toContain('Try: set RECEIVER_NATIVE_DIR');
     expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it('refuses a symbolic link under the addon file name: exit 2, Error naming it and Try, never "unexpected"', async () => {
+    const s = setup();
+    const dir = join(s.cache, 'receiver');
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const file = join(dir, `better_sqlite3-${addonSha.slice(0, 16)}.node`);
+    symlinkSync(ADDON, file);
+    const r = await runCli(['stats', '-c', s.file], { env: s.env });
+    expect(r.stderr).toBe(
+      `Error: ${file} is a symbolic link; not loading it\nTry: set RECEIVER_NATIVE_DIR to a directory that only the user running receiver can write (mode 0700), or fix the permissions named above\n`,
+    );
+    expect(r.code).toBe(2);
+    expect(lstatSync(file).isSymbolicLink()).toBe(true);
   });
 
   it('RECEIVER_NATIVE_DIR chooses the directory', async () => {

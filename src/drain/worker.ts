@@ -9,8 +9,10 @@ import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import { wrapHttpSecrets, type PlainHttpSecrets } from '../effects/http.js';
 import { logModuleRejection } from '../effects/module.js';
-import { batchedLines, createLogger, type LogStyle } from '../log.js';
+import { isReceiverError } from '../errors.js';
+import { batchedLines, createLogger, type Logger, type LogStyle } from '../log.js';
 import { openStore } from '../store/open.js';
+import type { Store } from '../store/types.js';
 import { startDrain, type AttemptOutcome, type EventOutcome } from './loop.js';
 import type { ThreadConfig } from './thread.js';
 
@@ -55,6 +57,28 @@ function lowerPriority(): number | undefined {
     return getPriority(tid);
   } catch {
     return undefined;
+  }
+}
+
+/** The pause before the drain opens its connection again, as between its steps. */
+const OPEN_PAUSE_MS = 1000;
+
+/**
+ * The drain's own connection. serve is already answering deliveries when this runs, so a
+ * database that is unavailable for a moment (PostgreSQL dropping a connection at start-up)
+ * is tried again every second, as the drain does between steps, never the end of serve.
+ * Anything else (a bug, a configuration the main thread would have refused) fails the start.
+ */
+async function openDrainStore(config: ThreadConfig, init: DrainWorkerInit, logger: Logger, flush: () => void): Promise<Store> {
+  for (;;) {
+    try {
+      return await openStore(config.database, { busyTimeoutMs: config.busyTimeoutMs, server: true, drainOnly: true, ingestWaiting: init.ingestWaiting });
+    } catch (e) {
+      if (!isReceiverError(e, 'unavailable')) throw e;
+      logger.warn({ err: e.message }, 'drain: database unavailable at start; trying again in 1 s');
+      flush();
+      await new Promise((r) => setTimeout(r, OPEN_PAUSE_MS));
+    }
   }
 }
 
@@ -107,7 +131,7 @@ if (parentPort !== null) {
   try {
     // No ingest thread of its own, no start-up probe (the main thread did both); commits
     // durable the same way as the main thread's (explicit WAL sync, see wal-sync.ts).
-    const store = await openStore(config.database, { busyTimeoutMs: config.busyTimeoutMs, server: true, drainOnly: true, ingestWaiting: init.ingestWaiting });
+    const store = await openDrainStore(config, init, logger, toMain.flush);
     const drain = startDrain({
       config,
       store,

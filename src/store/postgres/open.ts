@@ -81,21 +81,51 @@ export function connectionLost(client: PoolClient): string | undefined {
   return `the database connection was lost (${typeof code === 'string' ? `${code} ` : ''}${e.message})`;
 }
 
+/** A connection the server dropped at start-up (terminated, restarting) is opened again this many times. */
+const OPEN_TRIES = 5;
+/** The pause before the n-th try: 100, 200, 400, 800 ms. */
+const openPause = (tries: number) => 100 * 2 ** (tries - 1);
+
+/**
+ * The server answered and then dropped the connection (pg_terminate_backend, a restart, a
+ * failover, a proxy cutting it): worth opening again at once. A server that refuses or does
+ * not answer at all is not retried here: the start fails, and systemd starts it again.
+ */
+function droppedConnection(e: unknown): boolean {
+  const code = (e as { code?: unknown } | null)?.code;
+  if (typeof code === 'string' && /^(57P0[123]|08006|08003|ECONNRESET|EPIPE)$/.test(code)) return true;
+  return e instanceof Error && /Connection terminated|not queryable/i.test(e.message);
+}
+
 /**
  * Opens a pool on `url`, refusing a database written by a newer receiver before anything
  * writes to it, then applies missing migrations (one transaction each, under an advisory
- * lock, so several receivers starting together migrate once).
+ * lock, so several receivers starting together migrate once). A connection dropped meanwhile
+ * is opened again (OPEN_TRIES in all); every migration's transaction is all or nothing, so
+ * the next try goes on from the version the database is at.
  */
 export async function openPostgres(url: string, options: PostgresOpenOptions): Promise<Pool> {
   const pool = createPool(url, options);
   try {
-    const client = await pool.connect();
-    try {
-      await migrate(client, url);
-    } finally {
-      client.release();
+    for (let tries = 1; ; tries++) {
+      try {
+        const client = await pool.connect();
+        let failed = false;
+        try {
+          await migrate(client, url);
+        } catch (e) {
+          failed = true;
+          throw e;
+        } finally {
+          // A connection that failed is not given back to the pool: it may be the dropped one.
+          client.release(failed ? true : undefined);
+        }
+        return pool;
+      } catch (e) {
+        if (tries >= OPEN_TRIES || !droppedConnection(e)) throw e;
+        await new Promise((r) => setTimeout(r, openPause(tries)));
+      }
     }
-    return pool;
   } catch (e) {
     await pool.end().catch(() => {});
     if (e instanceof ReceiverError) throw e;

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { describeConfig } from '../config/describe.js';
 import { isPostgresUrl } from '../config/database.js';
 import { preflight } from '../config/preflight.js';
+import { exposedSecretFiles } from '../config/secret-files.js';
 import { configError } from '../errors.js';
 import { processUser } from '../store/sqlite/open.js';
 import { addCommonOptions, configFrom, printJson, type CommonOptions } from './common.js';
@@ -32,6 +33,8 @@ async function checkConfig(options: CheckConfigOptions, io: CliIo): Promise<void
       "fix what is named above; run check-config as the service's user (contrib/receiver.sh does), whose permissions are the ones that count",
     );
   }
+  // Valid, but a secret every user can read: said on stderr, as ssh does; still exit 0.
+  for (const f of exposedSecretFiles(config, io.env)) io.stderr.write(`Warning: ${f.message}\n`);
   const description = describeConfig(config);
   if (options.json === true) return printJson(io.stdout, description);
   const out: string[] = [`configuration ${description.file} is valid`, `database: ${description.database}`, `listen: ${description.listen}`, 'sources:'];

@@ -1,4 +1,5 @@
 import { InvalidArgumentError, type Command } from 'commander';
+import { exposedSecretFiles } from '../config/secret-files.js';
 import { logModuleRejection } from '../effects/module.js';
 import { createLogger, logStyle, stderrWriter } from '../log.js';
 import { startReceiver } from '../server.js';
@@ -53,6 +54,8 @@ export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
     // A module effect's stray rejection is logged and ignored; anything else is a bug.
     if (!logModuleRejection(logger, e)) crash('unhandled promise rejection')(e);
   });
+
+  for (const f of exposedSecretFiles(config, io.env)) logger.warn({ file: f.path, mode: f.mode.toString(8).padStart(4, '0'), fix: f.fix }, f.message);
 
   const receiver = await startReceiver(config, { logger, deliveryLogger, logStyle: style, processMetrics: true, onFatal: crash('drain thread failed') });
 

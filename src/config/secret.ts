@@ -9,7 +9,14 @@ import { configError } from '../errors.js';
 export class Secret {
   readonly #value: string;
 
-  constructor(value: string) {
+  /**
+   * `file`: the file it was read from (a `file:` reference) and the field that named it,
+   * for the warning about a file others can read (see secret-files.ts).
+   */
+  constructor(
+    value: string,
+    readonly file?: { path: string; field: string },
+  ) {
     this.#value = value;
   }
 
@@ -63,7 +70,7 @@ export function resolveSecret(ref: string, field: string, env: NodeJS.ProcessEnv
     value = value.replace(/\r?\n$/, '');
     if (value === '') throw configError(`${field}: secret file ${path} is empty`, `write the secret into ${path}`);
     if (isBlank(value)) throw configError(`${field}: secret file ${path} holds only whitespace`, `write the secret into ${path}`);
-    return new Secret(value);
+    return new Secret(value, { path, field });
   }
   if (ref === '') throw configError(`${field}: secret is empty`, 'set a literal secret, env:NAME or file:PATH');
   if (isBlank(ref)) throw configError(`${field}: secret is only whitespace`, 'set the literal secret the sender shows, env:NAME or file:PATH');

@@ -14,7 +14,12 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        test: { name: 'node', include: ['test/**/*.test.ts'], exclude: ['test/binary/executable.test.ts'], globalSetup: ['test/global-setup.ts'] },
+        test: {
+          name: 'node',
+          include: ['test/**/*.test.ts'],
+          exclude: ['test/binary/executable.test.ts', 'test/contrib/one-file-install.test.ts'],
+          globalSetup: ['test/global-setup.ts'],
+        },
       },
       {
         // The single executable, through the same subprocess helpers (test/helpers.ts), from a
@@ -25,6 +30,7 @@ export default defineConfig({
           name: 'binary',
           include: [
             'test/binary/executable.test.ts',
+            'test/contrib/one-file-install.test.ts',
             'test/cli/version.test.ts',
             'test/cli/serve.test.ts',
             'test/cli/check-config.test.ts',

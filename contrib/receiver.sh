@@ -3,6 +3,7 @@
 # the `receiver` user, with the service's configuration, secrets and working directory.
 #
 #   install -m 0755 contrib/receiver.sh /usr/local/bin/receiver
+#   (the single executable: `receiver contrib install` writes this file naming itself)
 #   receiver events list --source stripe --limit 20
 #   receiver replay 1234
 #
@@ -11,7 +12,8 @@
 set -eu
 RECEIVER_USER="${RECEIVER_USER:-receiver}"
 RECEIVER_APP="${RECEIVER_APP:-/opt/receiver}"
-RECEIVER_ENV_FILE="${RECEIVER_ENV_FILE:-/etc/receiver/env}"
+# Exported: check-config and serve warn when others can read it.
+export RECEIVER_ENV_FILE="${RECEIVER_ENV_FILE:-/etc/receiver/env}"
 RECEIVER_HOME="${RECEIVER_HOME:-/var/lib/receiver}"
 export RECEIVER_CONFIG="${RECEIVER_CONFIG:-/etc/receiver/receiver.config.json}"
 

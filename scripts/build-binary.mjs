@@ -9,13 +9,14 @@
  *      src/binary/drain-worker.ts (serve's drain thread) becomes an ES module instead (it
  *      awaits at its top level), started from a data: URL holding its source and named by
  *      a sourceURL comment in stack traces.
- *   2. The program, the workers' sources, better-sqlite3's addon and a stamp (version,
- *      commit, the addon's sha256) go into a blob (node --experimental-sea-config).
+ *   2. The program, the workers' sources, better-sqlite3's addon, a stamp (version,
+ *      commit, the addon's sha256) and the files of contrib/ go into a blob (node
+ *      --experimental-sea-config).
  *   3. postject injects the blob into a copy of node; the copy is renamed into place.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { build } from 'esbuild';
@@ -87,6 +88,18 @@ const stamp = {
   addonSha256: createHash('sha256').update(readFileSync(addon)).digest('hex'),
 };
 writeFileSync(join(work, 'stamp.json'), JSON.stringify(stamp));
+// contrib/ (the unit, the cron file, the wrapper, example configurations), for `receiver contrib`.
+const contribDir = join(root, 'contrib');
+writeFileSync(
+  join(work, 'contrib.json'),
+  JSON.stringify(
+    Object.fromEntries(
+      readdirSync(contribDir)
+        .sort()
+        .map((name) => [name, readFileSync(join(contribDir, name), 'utf8')]),
+    ),
+  ),
+);
 
 writeFileSync(
   join(work, 'sea-config.json'),
@@ -101,20 +114,40 @@ writeFileSync(
       'drain-worker.mjs': join(work, 'drain-worker.mjs'),
       'better_sqlite3.node': addon,
       'stamp.json': join(work, 'stamp.json'),
+      'contrib.json': join(work, 'contrib.json'),
     },
   }),
 );
-execFileSync(process.execPath, ['--experimental-sea-config', join(work, 'sea-config.json')], { cwd: work, stdio: ['ignore', 'ignore', 'inherit'] });
+// Node says where it wrote the blob (on stderr): this script's last line says what was built.
+const blob = spawnSync(process.execPath, ['--experimental-sea-config', join(work, 'sea-config.json')], { cwd: work, encoding: 'utf8' });
+const blobOutput = `${blob.stdout}${blob.stderr}`.split('\n').filter((line) => line !== '' && !line.startsWith('Wrote single executable preparation blob to '));
+if (blob.status !== 0) throw new Error(`node --experimental-sea-config failed (exit ${blob.status}):\n${blobOutput.join('\n')}`);
+for (const line of blobOutput) console.warn(line);
 
 // Into a copy first: an interrupted build never leaves a half-injected file at `output`.
 const tmp = `${output}.tmp`;
 copyFileSync(process.execPath, tmp);
 chmodSync(tmp, 0o755);
 const { inject } = require('postject');
-await inject(tmp, 'NODE_SEA_BLOB', readFileSync(join(work, 'sea-prep.blob')), {
-  sentinelFuse: 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2',
-  overwrite: true,
-});
+// postject edits the ELF file with LIEF, which warns, once per note segment it writes back,
+// that the note has no name in the section-name table: "warning: Can't find string offset
+// for section name '.note.100'" (nine lines on Linux x64; nodejs/postject#83). Node finds
+// its blob through the program headers (the PT_NOTE segment), never by a section's name,
+// and the test suite runs the file that comes out: those lines are dropped. Any other line
+// postject writes is shown.
+const LIEF_NOTE_NAME = /^warning: Can't find string offset for section name '\.note(\.\d+)?'$/;
+const warn = console.warn;
+console.warn = (...args) => {
+  if (!LIEF_NOTE_NAME.test(args.join(' '))) warn(...args);
+};
+try {
+  await inject(tmp, 'NODE_SEA_BLOB', readFileSync(join(work, 'sea-prep.blob')), {
+    sentinelFuse: 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2',
+    overwrite: true,
+  });
+} finally {
+  console.warn = warn;
+}
 renameSync(tmp, output);
 console.log(
   `${output}: ${pkg.version}${commit === undefined ? '' : ` (commit ${commit})`}, ${(readFileSync(output).length / 1e6).toFixed(1)} MB, built in ${((Date.now() - started) / 1000).toFixed(1)} s`,

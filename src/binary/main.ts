@@ -1,5 +1,6 @@
 /** The single executable's program (scripts/build-binary.mjs bundles it): bin/receiver.js with its files carried inside. */
 import { getAsset } from 'node:sea';
+import { useContribFiles } from '../cli/contrib.js';
 import { main, useBuildStamp } from '../cli/main.js';
 import { useDrainWorkerSource } from '../drain/thread.js';
 import { useIngestWorkerSource } from '../store/sqlite/ingest-thread.js';
@@ -9,4 +10,5 @@ import './importer.js';
 useBuildStamp(stamp.commit === undefined ? { version: stamp.version } : { version: stamp.version, commit: stamp.commit });
 useIngestWorkerSource(getAsset('ingest-worker.js', 'utf8'));
 useDrainWorkerSource(getAsset('drain-worker.mjs', 'utf8'));
+useContribFiles(JSON.parse(getAsset('contrib.json', 'utf8')) as Record<string, string>, process.execPath);
 void main(process.argv);

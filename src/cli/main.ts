@@ -6,6 +6,7 @@ import { ReceiverError } from '../errors.js';
 import { registerBackup } from './backup.js';
 import { registerCatchUp } from './catch-up.js';
 import { registerCheckConfig } from './check-config.js';
+import { registerContrib } from './contrib.js';
 import { registerEvents } from './events.js';
 import { registerPurge } from './purge.js';
 import { registerReplay } from './replay.js';
@@ -83,6 +84,7 @@ function buildProgram(io: CliIo = processIo()): Command {
   registerStats(program, io);
   registerCatchUp(program, io);
   registerBackup(program, io);
+  registerContrib(program, io);
   // Every subcommand reports bad flags through the same exit path.
   for (const cmd of program.commands) cmd.exitOverride();
   return program;

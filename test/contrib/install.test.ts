@@ -1,9 +1,12 @@
-import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { openSqlite } from '../../src/store/sqlite/open.js';
 import { REPO, tempDir } from '../helpers.js';
+import { runCronFile } from './cron.js';
+import { commandBlock, debianRoot, envFileCommand, mover, runCommands, standIns } from './docs.js';
 
 /**
  * The install path of docs/operations.md as a newcomer follows it: its commands, the env
@@ -12,38 +15,10 @@ import { REPO, tempDir } from '../helpers.js';
  * check-config.
  */
 
-const operations = readFileSync(join(REPO, 'docs/operations.md'), 'utf8');
 /** Every document whose commands an operator copies. */
 const documents = ['README.md', 'docs/operations.md', 'docs/architecture.md', 'bench/README.md'].map((f) => readFileSync(join(REPO, f), 'utf8'));
 const example = JSON.parse(readFileSync(join(REPO, 'contrib/receiver.shop-example.json'), 'utf8')) as unknown;
-
-/** The Install section of docs/operations.md, up to the next heading. */
-function installSection(): string {
-  const start = operations.indexOf('\n## Install\n');
-  expect(start).toBeGreaterThan(0);
-  return operations.slice(start, operations.indexOf('\n## ', start + 1));
-}
-
-/** The indented shell lines between the install-commands markers, unindented. */
-function installCommands(): string[] {
-  const m = /<!-- install-commands: begin[^>]*-->\n([\s\S]*?)<!-- install-commands: end -->/.exec(installSection());
-  expect(m).not.toBeNull();
-  return m![1]!
-    .split('\n')
-    .filter((l) => l.startsWith('    '))
-    .map((l) => l.trim());
-}
-
-/** Step 2's heredoc that writes /etc/receiver/env, as a shell command. */
-function envFileCommand(): string {
-  const m = /^( +)cat > \/etc\/receiver\/env <<'EOF'\n([\s\S]*?)^\1EOF$/m.exec(installSection());
-  expect(m).not.toBeNull();
-  const indent = m![1]!;
-  return `cat > /etc/receiver/env <<'EOF'\n${m![2]!
-    .split('\n')
-    .map((l) => l.slice(indent.length))
-    .join('\n')}EOF\n`;
-}
+const installCommands = () => commandBlock('install-commands', 'Install');
 
 /** NAME of every NAME=value line of the env file. */
 function envNames(): string[] {
@@ -92,67 +67,73 @@ describe('the install path of docs/operations.md and contrib/', () => {
     }
   });
 
-  it('the install commands, the env file and the example configuration give a passing check-config through contrib/receiver.sh, in a scratch root', () => {
-    const root = join(tmp.dir, 'root');
+  /**
+   * The install commands, the env file of step 2 and step 1's stubs for the example's
+   * programs and module, run in a scratch root; the installed wrapper, as the service user
+   * (here: this user), with the paths moved under the root.
+   */
+  function install(name: string) {
+    const root = join(tmp.dir, name);
     mkdirSync(root, { recursive: true });
     chmodSync(tmp.dir, 0o755);
-    // What a Debian system has already.
-    for (const d of ['etc/systemd/system', 'etc/cron.d', 'usr/local/bin', 'var/lib', 'var/backups']) mkdirSync(join(root, d), { recursive: true });
-    // The documented paths, moved under the scratch root (the clone is this repository).
-    const moved = (text: string) =>
-      text.replace(/(^|[\s'"=])\/(etc|var|usr|srv)\//g, `$1${root}/$2/`).replace(/(^|[\s'"=])\/opt\/receiver\b/g, `$1${REPO.replace(/\/$/, '')}`);
-    // Neither root, the receiver user, systemd nor the network here: ownership options go,
-    // and the commands that need those are skipped (their effect is not what is checked).
-    const skipped = /^(apt-get|useradd|git clone|cd \/opt\/receiver|systemctl)\b/;
-    const sh = (command: string) => execFileSync('/bin/sh', ['-ec', command], { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
-    for (const c of installCommands()) {
-      if (skipped.test(c)) continue;
-      sh(moved(c.replace(/ -[og] \w+/g, '').replace(/\s+#.*$/, '')));
-    }
-    sh(moved(envFileCommand()));
-
-    // Step 1, the operator's part: the example's programs and module are the operator's own;
-    // here, stubs where the (moved) configuration says.
+    debianRoot(root);
+    // The clone is this repository.
+    const moved = mover(root, REPO);
+    runCommands(installCommands(), moved, { cwd: REPO });
+    runCommands([envFileCommand()], moved, { cwd: REPO });
     const configFile = join(root, 'etc/receiver/receiver.config.json');
-    const config = JSON.parse(moved(readFileSync(configFile, 'utf8'))) as { routes: { effect: { exec?: string[]; module?: string } }[] };
-    writeFileSync(configFile, JSON.stringify(config, null, 2));
-    for (const r of config.routes) {
-      const program = r.effect.exec?.[0];
-      if (program !== undefined) {
-        mkdirSync(dirname(program), { recursive: true });
-        writeFileSync(program, '#!/bin/sh\nexit 0\n', { mode: 0o755 });
-      }
-      if (r.effect.module !== undefined) {
-        const file = join(dirname(configFile), r.effect.module);
-        mkdirSync(dirname(file), { recursive: true });
-        writeFileSync(file, 'module.exports = async function (event, ctx) {};\n');
-      }
-    }
-
-    // Step 3: `receiver check-config`, the installed wrapper, as the service user (here: this user).
+    standIns(configFile, moved);
+    /** The wrapper's settings, moved: as the service user, with the service's files. */
+    const wrapperEnv = {
+      RECEIVER_USER: userInfo().username,
+      RECEIVER_APP: REPO,
+      RECEIVER_ENV_FILE: join(root, 'etc/receiver/env'),
+      RECEIVER_HOME: join(root, 'var/lib/receiver'),
+      RECEIVER_CONFIG: configFile,
+    };
     const receiver = (args: string[]) =>
-      spawnSync(join(root, 'usr/local/bin/receiver'), args, {
-        env: {
-          PATH: `${dirname(process.execPath)}:/usr/bin:/bin`,
-          RECEIVER_USER: userInfo().username,
-          RECEIVER_APP: REPO,
-          RECEIVER_ENV_FILE: join(root, 'etc/receiver/env'),
-          RECEIVER_HOME: join(root, 'var/lib/receiver'),
-          RECEIVER_CONFIG: configFile,
-        },
-        encoding: 'utf8',
-      });
+      spawnSync(join(root, 'usr/local/bin/receiver'), args, { env: { PATH: `${dirname(process.execPath)}:/usr/bin:/bin`, ...wrapperEnv }, encoding: 'utf8' });
+    return { root, moved, configFile, wrapperEnv, receiver };
+  }
+
+  it('the install commands, the env file and the example configuration give a passing check-config through contrib/receiver.sh, in a scratch root', () => {
+    const { root, receiver } = install('root');
+    // Step 3: `receiver check-config`, the installed wrapper. No warning either: the
+    // documented commands make the env file readable by root and the service only.
     const check = receiver(['check-config']);
     expect(check.stderr).toBe('');
     expect(check.status).toBe(0);
     expect(check.stdout).toContain(`database: ${root}/var/lib/receiver/receiver.db`);
     for (const source of ['stripe', 'github', 'polar', 'shop']) expect(check.stdout).toMatch(new RegExp(`^ {2}${source}: `, 'm'));
     expect(check.stdout).toMatch(/^ {2}github: github, 2 secret\(s\)/m);
+    expect(statSync(join(root, 'etc/receiver/env')).mode & 0o777).toBe(0o640);
 
     // What the newcomer met: without the state directory, the wrapper cannot even start.
     rmSync(join(root, 'var/lib/receiver'), { recursive: true });
     const without = receiver(['check-config']);
     expect(without.status).not.toBe(0);
     expect(without.stderr).toMatch(/can't cd to .*var\/lib\/receiver|No such file or directory/);
+  });
+
+  it("the cron lines, as installed: a failed purge or backup is the line's exit status and its Error line reaches logger; a good one exits 0", () => {
+    const { root, moved, wrapperEnv } = install('cron');
+    const cron = runCronFile(readFileSync(join(root, 'etc/cron.d/receiver'), 'utf8'), moved, {
+      tmp: join(tmp.dir, 'cron-stubs'),
+      path: [join(root, 'usr/local/bin'), dirname(process.execPath), '/usr/bin', '/bin'],
+      env: wrapperEnv,
+    });
+    // No database yet (serve has never run; the commands never create one): both fail.
+    for (const job of ['receiver-purge', 'receiver-backup']) {
+      const r = cron.run(job);
+      expect(r.status, `${job}: ${r.logged}`).not.toBe(0);
+      expect(r.logged).toMatch(new RegExp(`^${job}: Error: no database at .*receiver\\.db$`, 'm'));
+    }
+    openSqlite(join(root, 'var/lib/receiver/receiver.db'), { busyTimeoutMs: 0 }).close();
+    const purge = cron.run('receiver-purge');
+    expect(purge.status, purge.logged).toBe(0);
+    expect(purge.logged).toMatch(/^receiver-purge: Purged 0 done event/m);
+    const backup = cron.run('receiver-backup');
+    expect(backup.status, backup.logged).toBe(0);
+    expect(backup.logged).toMatch(/^receiver-backup: wrote .*\/var\/backups\/receiver\/receiver-\d{4}-\d{2}-\d{2}\.db \(/m);
   });
 });

@@ -95,6 +95,18 @@ export abstract class StoreBase<C> implements Omit<DrainStore, 'claimsAreLocal'>
   findEventId(source: string, deliveryId: string) {
     return this.sharedOps.findEventId(source, deliveryId);
   }
+  nearDeliveryIds(given: string, options: { source?: string | undefined; limit: number; scanLimit: number }) {
+    return this.sharedOps.nearDeliveryIds(given, options);
+  }
+  startAdminSession(id: string, expiresAt: number, now: number) {
+    return this.sharedOps.startAdminSession(id, expiresAt, now);
+  }
+  isAdminSessionLive(id: string, now: number) {
+    return this.sharedOps.isAdminSessionLive(id, now);
+  }
+  endAdminSession(id: string) {
+    return this.sharedOps.endAdminSession(id);
+  }
   replayEvents(eventIds: readonly number[], options: ReplayOptions) {
     return this.sharedOps.replayEvents(eventIds, options);
   }

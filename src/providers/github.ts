@@ -55,4 +55,10 @@ export const github: Provider = {
   },
 
   eventTypeAt: () => ({ header: 'x-github-event' }),
+
+  // GitHub's pages show the GUID alone; it is stored as `<hook id>:<GUID>`.
+  senderIds: {
+    shown: (stored) => stored.replace(/^\d+:/, ''),
+    storedForms: (shown) => (/^\d+:/.test(shown) ? [] : [{ suffix: `:${shown}` }]),
+  },
 };

@@ -78,6 +78,7 @@ describe('receiver events', () => {
       lastError: 'exit status 1: deploy failed',
       duplicates: 0,
       forceEffects: false,
+      origin: 'webhook',
     });
   });
 
@@ -90,7 +91,7 @@ describe('receiver events', () => {
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('--status must be one of pending, processing, done, dead');
     const human = await runInProcess(['events', 'list', '-c', config]);
-    expect(human.stdout.split('\n')[0]).toMatch(/^ID\s+RECEIVED\s+SOURCE\s+DELIVERY ID\s+TYPE\s+STATUS\s+ATTEMPTS\s+NEXT\s+LAST ERROR$/);
+    expect(human.stdout.split('\n')[0]).toMatch(/^ID\s+RECEIVED\s+SOURCE\s+DELIVERY ID\s+TYPE\s+STATUS\s+ORIGIN\s+ATTEMPTS\s+NEXT\s+LAST ERROR$/);
     expect(human.stdout).toContain('gh-2');
   });
 
@@ -220,7 +221,7 @@ describe('receiver events', () => {
       // Cut to fit, still escaped.
       const narrow = await runInProcess(['events', 'list', '-c', config]);
       expect(narrow.stdout).not.toMatch(raw);
-      expect(narrow.stdout).toContain('evt_\\x1b]0;pwned…');
+      expect(narrow.stdout).toContain('evt_\\x1b]0;…');
       expect(list.stdout).toContain('order.\\x9b31mpaid');
       const show = await runInProcess(['events', 'show', '-c', config, String(evil)]);
       expect(show.code).toBe(0);
@@ -337,16 +338,20 @@ describe('receiver events', () => {
       expect((await runInProcess(['events', 'list', '-c', config, '--source', 'gh'])).stderr).toBe('');
     });
 
-    it('text: short times, NEXT for pending events, ids and error cut with … to fit 100 columns; --wide shows everything', async () => {
+    it('text: short times, NEXT for pending events, ids cut with … to fit 100 columns, a long last error whole on the lines below; --wide shows everything', async () => {
       const r = await runInProcess(['events', 'list', '-c', config], { now: () => now });
       const lines = r.stdout.trimEnd().split('\n');
-      expect(lines[0]).toMatch(/^ID\s+RECEIVED\s+SOURCE\s+DELIVERY ID\s+TYPE\s+STATUS\s+ATTEMPTS\s+NEXT\s+LAST ERROR$/);
+      expect(lines[0]).toMatch(/^ID\s+RECEIVED\s+SOURCE\s+DELIVERY ID\s+TYPE\s+STATUS\s+ORIGIN\s+ATTEMPTS\s+NEXT\s+LAST ERROR$/);
       for (const line of lines) expect(line.length).toBeLessThanOrEqual(100);
-      const failed = lines.find((l) => l.startsWith(`${e.failed} `))!;
-      expect(failed).toMatch(/^\d+\s+11-30 10:00:00\s+stripe\s+evt_1PqRsT…\s+invoice\.p…\s+pending\s+3\s+in 4m\s+exit status 1: the l…$/);
-      expect(failed.length).toBe(100);
-      expect(lines.find((l) => l.startsWith(`${e.due} `))).toMatch(/\spending\s+0\s+due$/);
-      expect(lines.find((l) => l.startsWith(`${e.paid} `))).toMatch(/\sdone\s+1$/);
+      const at = lines.findIndex((l) => l.startsWith(`${e.failed} `));
+      expect(lines[at]).toMatch(/^\d+\s+11-30 10:00:00\s+stripe\s+evt_1PqRsT…\s+invoice\.pay…\s+pending\s+webhook\s+3\s+in 4m$/);
+      // The error below its row, broken between words only, every word of it there.
+      const error = lines.slice(at + 1, at + 4);
+      for (const line of error) expect(line).toMatch(/^ {4}\S/);
+      expect(error.map((l) => l.trim()).join(' ')).toBe(`exit status 1: ${'the licence server answered 503 Service Unavailable; '.repeat(4)}END`);
+      expect(lines[at + 4]).toMatch(new RegExp(`^${e.paid} `));
+      expect(lines.find((l) => l.startsWith(`${e.due} `))).toMatch(/\spending\s+webhook\s+0\s+due$/);
+      expect(lines.find((l) => l.startsWith(`${e.paid} `))).toMatch(/\sdone\s+webhook\s+1$/);
       const wide = await runInProcess(['events', 'list', '-c', config, '--wide'], { now: () => now });
       expect(wide.stdout).toContain('2026-11-30T10:00:00.000Z  stripe  evt_1PqRsT2eZvKYlo2C0a1b2c3d4e5f6g7h  invoice.payment_failed.with_a_rather_long_name');
       expect(wide.stdout).toContain('in 4m  exit status 1: the licence server answered 503');

@@ -25,6 +25,7 @@ export interface SeedEvent {
   lastError?: string | null;
   duplicates?: number;
   finishedAt?: number | null;
+  origin?: 'webhook' | 'catch-up' | 'test';
 }
 
 /** Opens (creating and migrating) a database file for seeding and inspection. */
@@ -61,7 +62,7 @@ export function insertEvent(db: Database.Database, e: SeedEvent): number {
       e.finishedAt ?? (e.status === 'done' || e.status === 'dead' ? e.receivedAt + 1000 : null),
     );
   const id = Number(r.lastInsertRowid);
-  db.prepare(`UPDATE events SET response_body = ? WHERE id = ?`).run(JSON.stringify({ status: 'accepted', id }), id);
+  db.prepare(`UPDATE events SET response_body = ?, origin = ? WHERE id = ?`).run(JSON.stringify({ status: 'accepted', id }), e.origin ?? 'webhook', id);
   return id;
 }
 

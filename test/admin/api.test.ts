@@ -372,7 +372,7 @@ describe('admin pages', () => {
   it('the event page shows attempts with their output, the ledger rows, and conflicts with their differing body', async () => {
     const html = await get(`/admin/events/${ids.done}`);
     expect(html).toMatch(/<pre aria-label="Effect output">licence sent\n<\/pre>/);
-    expect(html).toContain(`<td class="mono" data-label="Effect key">licence:${ids.done}</td><td data-label="Status">done</td>`);
+    expect(html).toContain(`<td class="mono wrap" data-label="Effect key">licence:${ids.done}</td><td data-label="Status">done</td>`);
     expect(html).toContain('<pre aria-label="Conflicting body">{&quot;other&quot;:true}</pre>');
     const dead = await get(`/admin/events/${ids.dead}`);
     expect(dead).toContain('<div>smtp: connection refused</div>');
@@ -389,7 +389,7 @@ describe('admin pages', () => {
     db.prepare('UPDATE attempts SET run_key = NULL, forced = 0 WHERE id = ?').run(attempt.id);
     db.close();
     expect(html).toContain(
-      `<td class="mono" data-label="Effect key">${attempt.effect_key}<div class="muted">run key ${attempt.effect_key}#forced-1</div></td>`,
+      `<td class="mono wrap" data-label="Effect key">${attempt.effect_key}<div class="muted">run key ${attempt.effect_key}#forced-1</div></td>`,
     );
   });
 

@@ -9,13 +9,16 @@ nav { display: flex; flex-wrap: wrap; gap: .4rem 1.2rem; align-items: center; ma
 nav .brand { font-weight: 600; margin-right: auto; }
 nav form { margin: 0; }
 main { max-width: 72rem; margin: 0 auto; padding: 1rem; }
-h1 { font-size: 1.4rem; margin: .4rem 0 1rem; overflow-wrap: anywhere; }
+h1 { font-size: 1.4rem; margin: .4rem 0 1rem; }
+/* Sender-chosen ids and texts may be one long word: broken anywhere rather than widen the page. */
+h1, p, li, dd, caption, .notice { overflow-wrap: anywhere; }
 h2 { font-size: 1.1rem; margin: 1.6rem 0 .6rem; }
 a { color: var(--focus); }
 :focus-visible { outline: 3px solid var(--focus); outline-offset: 2px; }
 table { border-collapse: collapse; width: 100%; margin: .4rem 0; }
 caption { text-align: left; color: var(--muted); padding: .2rem 0; }
-th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid var(--line); vertical-align: top; overflow-wrap: anywhere; }
+th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid var(--line); vertical-align: top; }
+td.wrap, th.wrap { overflow-wrap: anywhere; min-width: 8rem; }
 tr.replay-mark td { background: var(--soft); color: var(--muted); border-top: 2px solid var(--focus); font-size: 13px; }
 th { background: var(--soft); font-weight: 600; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
@@ -28,7 +31,7 @@ dl.facts dd { margin: 0; overflow-wrap: anywhere; min-width: 0; }
 .card { border: 1px solid var(--line); border-radius: 6px; padding: .6rem .8rem; }
 .card .value { font-size: 1.5rem; font-weight: 600; }
 .card .label { color: var(--muted); }
-.status { display: inline-block; padding: 0 .45rem; border-radius: 1rem; font-size: 13px; border: 1px solid currentColor; }
+.status { white-space: nowrap; display: inline-block; padding: 0 .45rem; border-radius: 1rem; font-size: 13px; border: 1px solid currentColor; }
 .status-done { color: #1a7f37; } .status-dead { color: var(--dead); } .status-pending, .status-processing { color: var(--muted); }
 .notice { border: 1px solid var(--line); border-left: 4px solid var(--focus); padding: .5rem .8rem; margin: .8rem 0; background: var(--soft); }
 .notice.bad { border-left-color: var(--dead); }
@@ -59,9 +62,11 @@ ul.legend span { display: inline-block; width: .8rem; height: .8rem; margin-righ
 @media (max-width: 40rem) {
   main { padding: .6rem; }
   table.stack thead { display: none; }
-  table.stack, table.stack tbody, table.stack tr, table.stack td { display: block; width: 100%; }
+  table.stack, table.stack tbody, table.stack tr, table.stack td, table.stack th, table.stack caption { display: block; width: 100%; }
+  table.stack th { border: 0; background: none; padding: .1rem .3rem 0; }
+  table.stack td[data-label]:empty { display: none; }
   table.stack tr { border-bottom: 1px solid var(--line); padding: .3rem 0; }
-  table.stack td { border: 0; padding: .1rem .3rem; }
+  table.stack td { border: 0; padding: .1rem .3rem; min-width: 0; }
   table.stack td.num { text-align: left; }
   table.stack td[data-label]::before { content: attr(data-label) ": "; color: var(--muted); font: 13px system-ui, sans-serif; }
   dl.facts { grid-template-columns: 1fr; gap: 0; }

@@ -441,11 +441,11 @@ export function EventsPage(props: {
               <td class="mono" data-label="Source">
                 {t(e.source)}
               </td>
-              <td class="mono" data-label="Delivery id">
+              <td class="mono wrap" data-label="Delivery id">
                 <a href={`${ADMIN}/events/${e.id}`}>{t(e.senderDeliveryId)}</a>
                 {e.senderDeliveryId === e.deliveryId ? null : <div class="muted">stored as {t(e.deliveryId)}</div>}
               </td>
-              <td class="mono" data-label="Type">
+              <td class="mono wrap" data-label="Type">
                 {t(e.eventType)}
               </td>
               <td data-label="Status">
@@ -455,7 +455,9 @@ export function EventsPage(props: {
               <td class="num" data-label="Attempts">
                 {e.attempts}
               </td>
-              <td data-label="Last error">{t(e.lastError)}</td>
+              <td class="wrap" data-label="Last error">
+                {t(e.lastError)}
+              </td>
             </tr>
           ))}
         </tbody>
@@ -524,7 +526,7 @@ function AttemptRows({ e }: { e: Detail }) {
               <td class="mono" data-label="Route">
                 {t(a.route)}
               </td>
-              <td class="mono" data-label="Effect key">
+              <td class="mono wrap" data-label="Effect key">
                 {t(a.effectKey)}
                 {a.runKey === null || a.runKey === a.effectKey ? null : <div class="muted">run key {t(a.runKey)}</div>}
               </td>
@@ -532,7 +534,7 @@ function AttemptRows({ e }: { e: Detail }) {
                 {a.outcome}
                 {a.forced ? ' (forced)' : null}
               </td>
-              <td data-label="Error and output">
+              <td class="wrap" data-label="Error and output">
                 {a.error === null ? null : <div>{t(a.error)}</div>}
                 {a.output === null || a.output.trim() === '' ? null : <pre aria-label="Effect output">{block(a.output)}</pre>}
               </td>
@@ -620,15 +622,15 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
         {e.headers === null ? (
           <p class="muted">Dropped by purge --bodies-days.</p>
         ) : (
-          <table class="headers">
+          <table class="stack headers">
             <caption>As received; signature and token headers are stored redacted.</caption>
             <tbody>
               {Object.entries(e.headers).map(([k, v]) => (
                 <tr>
-                  <th scope="row" class="mono">
+                  <th scope="row" class="mono wrap">
                     {t(k)}
                   </th>
-                  <td class="mono">{t(v)}</td>
+                  <td class="mono wrap">{t(v)}</td>
                 </tr>
               ))}
             </tbody>
@@ -713,7 +715,7 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
             <tbody>
               {e.effects.map((f) => (
                 <tr>
-                  <td class="mono" data-label="Effect key">
+                  <td class="mono wrap" data-label="Effect key">
                     {t(f.effectKey)}
                   </td>
                   <td data-label="Status">{f.status}</td>
@@ -725,7 +727,9 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
                     {f.eventId === null ? '' : f.eventId === e.id ? 'this event' : <a href={`${ADMIN}/events/${f.eventId}`}>event {f.eventId}</a>}
                   </td>
                   <td data-label="Finished">{when(f.finishedAt)}</td>
-                  <td data-label="Last error">{t(f.lastError)}</td>
+                  <td class="wrap" data-label="Last error">
+                    {t(f.lastError)}
+                  </td>
                 </tr>
               ))}
             </tbody>

@@ -13,6 +13,7 @@ import {
   CATCH_UP_RESULTS,
   DELIVERY_OUTCOMES,
   EFFECT_STATUSES,
+  EVENT_ORIGINS,
   EVENT_STATUSES,
   SETTLE_STATUSES,
   type AttemptOutcomeName,
@@ -60,6 +61,10 @@ describe('one vocabulary (src/vocabulary.ts)', () => {
       expect(checkedStatuses(sql, 'events')).toEqual([...EVENT_STATUSES]);
       expect(checkedStatuses(sql, 'effects')).toEqual([...EFFECT_STATUSES]);
     }
+    // The origin's CHECK is widened by the migrations: the last one written is the one in force.
+    const origins = (sql: string) => [...[...sql.matchAll(/CHECK \(origin IN \(([^)]*)\)\)/gi)].at(-1)![1]!.matchAll(/'([^']*)'/g)].map((x) => x[1]!);
+    expect(origins(sqlite)).toEqual([...EVENT_ORIGINS]);
+    expect(origins(postgres)).toEqual([...EVENT_ORIGINS]);
   });
 });
 

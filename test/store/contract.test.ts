@@ -1203,6 +1203,65 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await search('"s3"')).events.map((e) => e.id)).toEqual([ids[3]]);
     });
 
+    it('finds a delivery id by its stored forms (an exact id in one source or any, a suffix in one source), and lists by origin', async () => {
+      const guid = '6f1e2d3c-aaaa-bbbb-cccc-0123456789ab';
+      const a = (await store.ingest(event(`111:${guid}`, undefined, { source: 'gh' }))).eventId;
+      const b = (await store.ingest(event(`222:${guid}`, undefined, { source: 'gh' }))).eventId;
+      const c = (await store.ingest(event(guid, undefined, { source: 'shop', origin: 'test' }))).eventId;
+      // A suffix longer than a stored id, or one in another source, matches nothing.
+      const other = (await store.ingest(event(`:${guid}`, undefined, { source: 'gh' }))).eventId;
+      const ids = async (deliveryIdForms: Parameters<Store['listEvents']>[0]['deliveryIdForms'], extra = {}) =>
+        (await store.listEvents({ limit: 10, deliveryIdForms, ...extra })).map((e) => e.id);
+      expect(await ids([{ source: 'gh', suffix: `:${guid}` }])).toEqual([b, a]);
+      expect(await ids([{ exact: guid }, { source: 'gh', suffix: `:${guid}` }])).toEqual([c, b, a]);
+      expect(await ids([{ source: 'gh', exact: guid }])).toEqual([]);
+      expect(await ids([{ source: 'gh', exact: `:${guid}` }])).toEqual([other]);
+      expect(await ids([{ source: 'shop', suffix: `:${guid}` }])).toEqual([]);
+      expect(await ids([])).toEqual([]);
+      // With the other filters and the keyset.
+      expect(await ids([{ source: 'gh', suffix: `:${guid}` }], { beforeId: b })).toEqual([a]);
+      expect(await ids([{ exact: guid }, { source: 'gh', suffix: `:${guid}` }], { origin: 'test' })).toEqual([c]);
+      expect((await store.listEvents({ limit: 10, origin: 'webhook' })).map((e) => e.id)).toEqual([other, b, a]);
+      expect((await store.listEvents({ limit: 10, origin: 'catch-up' })).map((e) => e.id)).toEqual([]);
+      expect((await store.listEvents({ limit: 1 }))[0]!.origin).toBe('webhook');
+    });
+
+    it('near matches for a delivery id never received: containing it or its beginning, ignoring ASCII case, newest first, among the newest', async () => {
+      const mk = async (deliveryId: string, source = 'shop') => (await store.ingest(event(deliveryId, undefined, { source }))).eventId;
+      const a = await mk('123:ABCDEF12-3456-7890', 'gh');
+      const b = await mk('evt_1PqRsT2eZvKYlo2C');
+      const c = await mk('evt_1PqRsT2eZvKYlo2C_other');
+      await mk('unrelated');
+      await mk('50%_off');
+      const near = async (given: string, o: { source?: string; limit?: number; scanLimit?: number } = {}) =>
+        (await store.nearDeliveryIds(given, { limit: o.limit ?? 5, scanLimit: o.scanLimit ?? 1000, source: o.source })).map((m) => m.id);
+      expect(await near('abcdef12-3456-7890')).toEqual([a]);
+      expect(await store.nearDeliveryIds('abcdef12-3456-7890', { limit: 5, scanLimit: 1000 })).toEqual([
+        { id: a, source: 'gh', deliveryId: '123:ABCDEF12-3456-7890' },
+      ]);
+      // A paste cut or mistyped at its end: found by its first characters.
+      expect(await near('evt_1PqRsT2eZvKYlo2X')).toEqual([c, b]);
+      expect(await near('evt_1PqRsT2eZvKYlo2X', { limit: 1 })).toEqual([c]);
+      expect(await near('evt_1PqRsT2eZvKYlo2X', { source: 'gh' })).toEqual([]);
+      // Only the newest `scanLimit` are read.
+      expect(await near('abcdef12-3456-7890', { scanLimit: 4 })).toEqual([]);
+      // LIKE's own characters are plain.
+      expect(await near('%')).toEqual([(await store.listEvents({ limit: 1 }))[0]!.id]);
+      expect(await near('nothing-like-it')).toEqual([]);
+    });
+
+    it("keeps the admin pages' sessions: live until they expire or end; a login forgets the expired ones", async () => {
+      await store.startAdminSession('s1', T0 + 1000, T0);
+      await store.startAdminSession('s2', T0 + 5000, T0);
+      expect(await store.isAdminSessionLive('s1', T0 + 999)).toBe(true);
+      expect(await store.isAdminSessionLive('s1', T0 + 1000)).toBe(false);
+      expect(await store.isAdminSessionLive('unknown', T0)).toBe(false);
+      await store.endAdminSession('s2');
+      expect(await store.isAdminSessionLive('s2', T0)).toBe(false);
+      await store.startAdminSession('s3', T0 + 9000, T0 + 2000);
+      expect(await o.rows('SELECT id FROM admin_sessions ORDER BY id')).toEqual([{ id: 's3' }]);
+    });
+
     it('counts deliveries per hour by outcome and failed attempts per route, within the window only', async () => {
       const HOUR = 3_600_000;
       const now = T0 + 48 * HOUR;

@@ -2,7 +2,7 @@ import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isReceiverError } from '../../src/errors.js';
-import { makeConfig, runCli, startApp, tempDir, writeConfig, type RunningApp } from '../helpers.js';
+import { makeConfig, runCli, runInProcess, startApp, tempDir, writeConfig, type RunningApp } from '../helpers.js';
 import { adminConfig, csrfOf, login, seed, startAdmin, TOKEN, type Seeded } from './helpers.js';
 
 /**
@@ -105,6 +105,27 @@ describe('admin HTTP', () => {
     const bad = await api('/events?status=lost', { headers: bearer });
     expect(bad.status).toBe(400);
     expect(await bad.json()).toMatchObject({ error: 'usage', message: expect.stringMatching(/status: "lost" is not one of/) });
+  });
+
+  it('GET /events finds by a text in the body, a type pattern and the origin, as events list --search, --type and --origin do', async () => {
+    const get = async (q: string) => {
+      const res = await api(`/events?${q}`, { headers: bearer });
+      return { ids: ((await res.json()) as { id: number }[]).map((e) => e.id), incomplete: res.headers.get('x-scan-limit-reached') };
+    };
+    const cli = async (...args: string[]) =>
+      JSON.parse((await runCli(['events', 'list', '--json', '-c', configFile, ...args])).stdout).map((e: { id: number }) => e.id);
+    expect(await get('search=1200')).toEqual({ ids: [ids.done], incomplete: null });
+    expect((await get('search=1200')).ids).toEqual(await cli('--search', '1200'));
+    expect((await get('type=invoice.*&status=dead')).ids).toEqual([ids.dead]);
+    expect((await get('type=*.paid&search=evt_')).ids).toEqual(await cli('--type', '*.paid', '--search', 'evt_'));
+    expect((await get('origin=webhook')).ids).toHaveLength(5);
+    expect((await get('origin=test')).ids).toEqual([]);
+    // The search read only the newest event: it says so, as the CLI does on stderr.
+    expect(await get('search=1200&scan=1')).toEqual({ ids: [], incomplete: '1' });
+    const bad = await api('/events?origin=email', { headers: bearer });
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toMatchObject({ message: 'origin: "email" is not one of webhook, catch-up, test' });
+    expect((await api('/events?scan=5', { headers: bearer })).status).toBe(400);
   });
 
   it('GET /events pages by keyset: a Link to the next page until the last', async () => {
@@ -259,9 +280,20 @@ describe('admin HTTP', () => {
         '/admin/\\evil.example',
         '/admin/x\r\nset-cookie: a=b',
         '/webhooks/x',
+        // Dot segments, plain or percent-encoded, as the browser resolves them.
+        '/admin/%2e%2e/%2e%2e/metrics',
+        '/admin/%2E%2E/metrics',
+        '/admin/../metrics',
+        '/admin/.%2e/healthz',
+        '/adminx',
       ]) {
-        expect(await after(elsewhere)).toBe('/admin/');
+        expect(await after(elsewhere), elsewhere).toBe('/admin/');
       }
+      // Inside /admin after resolving: followed as resolved.
+      expect(await after('/admin/events/%2e%2e/events?status=dead')).toBe('/admin/events?status=dead');
+      // The login page's own form carries the resolved path too.
+      const form = await (await fetch(`${app.url}/admin/login?next=${encodeURIComponent('/admin/%2e%2e/%2e%2e/metrics')}`)).text();
+      expect(form).toContain('<input type="hidden" name="next" value="/admin/"/>');
     });
 
     it('reads no admin request body over 16 KiB, not even a login form', async () => {

@@ -113,7 +113,7 @@ describe('admin HTTP', () => {
       return { ids: ((await res.json()) as { id: number }[]).map((e) => e.id), incomplete: res.headers.get('x-scan-limit-reached') };
     };
     const cli = async (...args: string[]) =>
-      JSON.parse((await runCli(['events', 'list', '--json', '-c', configFile, ...args])).stdout).map((e: { id: number }) => e.id);
+      JSON.parse((await runInProcess(['events', 'list', '--json', '-c', configFile, ...args])).stdout).map((e: { id: number }) => e.id);
     expect(await get('search=1200')).toEqual({ ids: [ids.done], incomplete: null });
     expect((await get('search=1200')).ids).toEqual(await cli('--search', '1200'));
     expect((await get('type=invoice.*&status=dead')).ids).toEqual([ids.dead]);

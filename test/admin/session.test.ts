@@ -1,4 +1,3 @@
-import Database from 'better-sqlite3';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -36,7 +35,7 @@ function loginFrom(url: string, token: string, localAddress: string, headers: Re
 describe('admin sessions and logins', () => {
   let tmp: ReturnType<typeof tempDir>;
   let app: RunningApp;
-  let clock = NOW;
+  const clock = NOW;
   let bidi: number;
   beforeAll(async () => {
     tmp = tempDir('receiver-admin-session-');
@@ -124,6 +123,7 @@ describe('admin sessions and logins', () => {
     const cookie = (await login(app.url)).cookie!;
     for (const path of [`/admin/events/${bidi}`, '/admin/events']) {
       const html = await (await page(path, cookie)).text();
+      // eslint-disable-next-line no-control-regex -- no raw control character may reach the page
       expect(html, path).not.toMatch(/[\u202A-\u202E\u2066-\u2069\u200E\u200F\u001b]/);
       expect(html).toContain('evt_\\u202egnp.exe');
       expect(html).toContain('order.\\u2066paid\\u2069');

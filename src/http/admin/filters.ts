@@ -84,7 +84,7 @@ export function parseFilters(query: (name: string) => string | undefined): Event
   return {
     status: status as EventStatus | undefined,
     source: get('source'),
-    origin: origin as EventOrigin | undefined,
+    origin,
     type: get('type'),
     delivery: get('delivery')?.trim(),
     match,

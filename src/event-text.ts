@@ -55,7 +55,7 @@ export function prettyBody(b: { headers: Record<string, string> | null; body: st
   return indentJson(b.body);
 }
 
-/** An attempt as numbered across replays (see numberAttempts in src/cli/events.ts). */
+/** An attempt as numbered across replays (see numberAttempts in src/json/events.ts). */
 interface Numbered {
   attempt: number;
   number: number;

@@ -14,7 +14,7 @@ interface CatchUpOptions extends CommonOptions {
 const UNITS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
 /** `--since 24h` (s, m, h, d) or an ISO 8601 time: the start, in ms. */
-export function parseSince(text: string, now: number): number {
+function parseSince(text: string, now: number): number {
   const m = /^(\d+)([smhd])$/.exec(text.trim());
   if (m !== null) return now - Number(m[1]) * UNITS[m[2]!]!;
   const at = /^\d{4}-\d{2}-\d{2}/.test(text) ? Date.parse(text) : Number.NaN;
@@ -73,7 +73,7 @@ export async function catchUp(names: string[], options: CatchUpOptions, io: CliI
 function chooseSources(config: Config, names: string[]): string[] {
   if (config.catchUp.size === 0)
     throw new ReceiverError('config', `${config.file}: no source has "catchUp" configured`, {
-      hint: 'add "catchUp" to a stripe, github, paddle or gitlab source (README: "Catch up after downtime")',
+      hint: 'add "catchUp" to a stripe, github, paddle or gitlab source (docs/operations.md: "Catch up after downtime")',
     });
   if (names.length === 0) return [...config.catchUp.keys()];
   for (const n of names) {

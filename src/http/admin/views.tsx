@@ -1,11 +1,11 @@
 import type { Child } from 'hono/jsx';
-import type { detailJson, summaryJson } from '../../cli/events.js';
-import type { replayJson } from '../../cli/replay.js';
-import type { statsJson } from '../../cli/stats.js';
 import { attemptsText, prettyBody, replayMark } from '../../event-text.js';
+import type { detailJson, summaryJson } from '../../json/events.js';
+import type { replayJson } from '../../json/replay.js';
+import type { statsJson } from '../../json/stats.js';
 import { printable } from '../../printable.js';
-import { EVENT_STATUSES, type ConflictRow, type NearDeliveryId, type RouteFailures } from '../../store/ops-types.js';
-import { EVENT_ORIGINS } from '../../vocabulary.js';
+import type { ConflictRow, NearDeliveryId, RouteFailures } from '../../store/ops-types.js';
+import { EVENT_ORIGINS, EVENT_STATUSES } from '../../vocabulary.js';
 import { DeliveriesChart, type HourBucket } from './chart.js';
 import { DEFAULT_SCAN_LIMIT, filtersQuery, type EventFilters } from './filters.js';
 

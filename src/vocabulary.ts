@@ -17,9 +17,6 @@ export type EventStatus = (typeof EVENT_STATUSES)[number];
 export const EFFECT_STATUSES = ['running', 'done', 'failed'] as const;
 export type EffectStatus = (typeof EFFECT_STATUSES)[number];
 
-/** How one effect attempt ended, as the attempts table records it. */
-const RECORDED_ATTEMPT_OUTCOMES = ['ok', 'failed', 'skipped', 'stale', 'busy'] as const;
-
 /**
  * How one effect attempt ended, as the drain reports it (logs, metrics): `ok`, `failed`,
  * `timeout` (it ran past effect.timeoutSeconds and was stopped; a retryable failure, which
@@ -32,13 +29,6 @@ export type AttemptOutcomeName = (typeof ATTEMPT_OUTCOMES)[number];
 
 /** Outcomes in which an effect actually ran (and took time worth a histogram). */
 export const RAN_OUTCOMES: readonly AttemptOutcomeName[] = ['ok', 'failed', 'timeout'];
-
-/**
- * What `attempts.outcome` holds: a recorded attempt outcome, or `running` while an external
- * effect runs (and after a crash in the middle of one).
- */
-export const ATTEMPT_ROW_OUTCOMES = ['running', ...RECORDED_ATTEMPT_OUTCOMES] as const;
-export type AttemptRowOutcome = (typeof ATTEMPT_ROW_OUTCOMES)[number];
 
 /** What became of one request to POST /webhooks/:source (the `delivery` log line, metrics). */
 export const DELIVERY_OUTCOMES = [

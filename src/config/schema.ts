@@ -150,4 +150,3 @@ export const configSchema = z.strictObject({
 export type RawConfig = z.infer<typeof configSchema>;
 export type SourceConfig = z.infer<typeof sourceSchema>;
 export type RouteConfig = z.infer<typeof routeSchema>;
-export type EffectConfig = RouteConfig['effect'];

@@ -1,3 +1,5 @@
+import type { EffectStatus, EventStatus } from '../vocabulary.js';
+
 /**
  * Operator operations on the store: purge, replay, events list/show, stats.
  *
@@ -13,10 +15,6 @@
  * events are live. The effect ledger (`effects`) is deleted only by purgeLedgerBatch, and
  * only rows no stored event refers to.
  */
-
-export type EventStatus = 'pending' | 'processing' | 'done' | 'dead';
-
-export const EVENT_STATUSES: readonly EventStatus[] = ['pending', 'processing', 'done', 'dead'];
 
 /** What one purge batch removed (all in one transaction). */
 export interface PurgeBatchResult {
@@ -174,7 +172,7 @@ export interface EffectRow {
   effectKey: string;
   route: string;
   businessKey: string;
-  status: 'running' | 'done' | 'failed';
+  status: EffectStatus;
   /** The event that last ran it. */
   eventId: number | null;
   version: string | null;
@@ -244,7 +242,7 @@ export interface StoreStats {
   /** Oldest expired lease among them (ms), or null. */
   oldestStuckLeaseExpiresAt: number | null;
   /** Ledger rows by status. */
-  effectsByStatus: Record<'running' | 'done' | 'failed', number>;
+  effectsByStatus: Record<EffectStatus, number>;
   ledger: {
     /** Disk space of the `effects` table with its index (bytes). */
     bytes: number;

@@ -1,5 +1,6 @@
 import { ReceiverError } from '../../errors.js';
-import { EVENT_STATUSES, type EventStatus, type ListEventsQuery } from '../../store/ops-types.js';
+import type { ListEventsQuery } from '../../store/ops-types.js';
+import { EVENT_STATUSES, type EventStatus } from '../../vocabulary.js';
 
 /**
  * The events list's filters, read from a query string: the same names for the page's form

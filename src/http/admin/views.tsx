@@ -2,7 +2,8 @@ import type { Child } from 'hono/jsx';
 import type { detailJson, summaryJson } from '../../cli/events.js';
 import type { replayJson } from '../../cli/replay.js';
 import type { statsJson } from '../../cli/stats.js';
-import { EVENT_STATUSES, type ConflictRow, type RouteFailures } from '../../store/ops-types.js';
+import type { ConflictRow, RouteFailures } from '../../store/ops-types.js';
+import { EVENT_STATUSES } from '../../vocabulary.js';
 import { DeliveriesChart, type HourBucket } from './chart.js';
 import { filtersQuery, type EventFilters } from './filters.js';
 

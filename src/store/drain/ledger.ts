@@ -331,7 +331,17 @@ export function* moduleDone(d: Dialect, m: ModuleRun): Steps<number> {
   const { lease, start, row } = m;
   const version = newerVersion(row?.version ?? null, start.version);
   const forced = m.run.forced ? 1 : 0;
-  yield* changes(statements(d).moduleDone, [start.effectKey, start.route, start.businessKey, lease.eventId, version, start.runToken, m.startedAt, m.finishedAt, forced]);
+  yield* changes(statements(d).moduleDone, [
+    start.effectKey,
+    start.route,
+    start.businessKey,
+    lease.eventId,
+    version,
+    start.runToken,
+    m.startedAt,
+    m.finishedAt,
+    forced,
+  ]);
   return yield* insertAttempt(d, moduleAttempt(m, 'ok'));
 }
 

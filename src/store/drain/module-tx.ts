@@ -97,12 +97,7 @@ export async function runTransactionalEffect(b: DrainBackend, m: ModuleEffect): 
  * Awaits the handler with the transaction's db and the run's key, and closes the db after
  * it, told whether the handler threw (gave up); returns what it threw, if it threw.
  */
-async function callHandler(
-  m: ModuleEffect,
-  db: EffectDb,
-  run: EffectRun,
-  close: (gaveUp: boolean) => Promise<void>,
-): Promise<{ error: unknown } | undefined> {
+async function callHandler(m: ModuleEffect, db: EffectDb, run: EffectRun, close: (gaveUp: boolean) => Promise<void>): Promise<{ error: unknown } | undefined> {
   let failure: { error: unknown } | undefined;
   try {
     await m.handler(db, { runKey: run.runKey });

@@ -14,7 +14,7 @@ import { queueStats } from './queue-stats.js';
 import { WalSync } from './wal-sync.js';
 import { ingestWaitingFlag } from './lock-priority.js';
 
-/** Batches posted to the ingest worker before the first has committed (3 was slower at 64 connections). */
+/** Batches posted to the ingest worker before the first has committed: the next one waits there, ready, while one commits. */
 export const INGEST_BATCHES_IN_FLIGHT = 2;
 
 export interface SqliteStoreOptions {
@@ -75,8 +75,7 @@ export class SqliteStore extends StoreBase implements Store {
     this.#wal = options.explicitSync === true ? new WalSync(path) : undefined;
     const thread = this.#thread;
     // The worker commits its batches one after another in the order posted: the next batch
-    // can wait there while the current one commits, instead of on this thread for its
-    // answer (at 4 and 16 connections, 37% and 13% more deliveries a second).
+    // waits there while the current one commits, instead of on this thread for its answer.
     // Either way an insert waits for another process's write lock until busyTimeoutMs after
     // it was submitted, whatever it spent queued behind other batches, then 503.
     const deadline = (since: number) => since + options.busyTimeoutMs;

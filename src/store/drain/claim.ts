@@ -18,14 +18,15 @@ const statements = memo((d: Dialect) => ({
   // walking every finished event in rowid order.
   claim: sqlText(
     d,
-    (p) => `WITH
-      due AS (SELECT id FROM events${d.indexedBy('events_pending')} WHERE status = 'pending' AND next_attempt_at <= ${p()}
-              ORDER BY id LIMIT ${p()}${d.takeUnlocked}),
-      expired AS (SELECT id FROM events${d.indexedBy('events_leased')} WHERE status = 'processing' AND lease_expires_at <= ${p()}
-              ORDER BY id LIMIT ${p()}${d.takeUnlocked}),
-      chosen AS (SELECT id FROM due UNION ALL SELECT id FROM expired ORDER BY id LIMIT ${p()})
-    UPDATE events SET status = 'processing', lease_owner = ${p()}, lease_expires_at = ${p()}, attempts = attempts + 1
-    WHERE id IN (SELECT id FROM chosen)
+    (p) => `UPDATE events SET status = 'processing', lease_owner = ${p()}, lease_expires_at = ${p()}, attempts = attempts + 1
+    WHERE id IN (
+      SELECT id FROM (
+        SELECT id FROM (SELECT id FROM events${d.indexedBy('events_pending')} WHERE status = 'pending' AND next_attempt_at <= ${p()}
+                        ORDER BY id LIMIT ${p()}${d.takeUnlocked}) AS due
+        UNION ALL
+        SELECT id FROM (SELECT id FROM events${d.indexedBy('events_leased')} WHERE status = 'processing' AND lease_expires_at <= ${p()}
+                        ORDER BY id LIMIT ${p()}${d.takeUnlocked}) AS expired
+      ) AS chosen ORDER BY id LIMIT ${p()})
     RETURNING ${CLAIM_COLUMNS}`,
   ),
   nextDue: `SELECT min(t) AS t FROM (
@@ -47,7 +48,7 @@ const statements = memo((d: Dialect) => ({
  * (each claim is still guarded by its own event id and owner).
  */
 export async function claimEvents(b: DrainBackend, owner: string, now: number, leaseMs: number, limit: number): Promise<ClaimedEvent[]> {
-  const claimed = await b.write('claim events', () => rows<ClaimDbRow>(statements(b.dialect).claim, [now, limit, now, limit, limit, owner, now + leaseMs]), {
+  const claimed = await b.write('claim events', () => rows<ClaimDbRow>(statements(b.dialect).claim, [owner, now + leaseMs, now, limit, now, limit, limit]), {
     oneStatement: true,
   });
   // RETURNING gives no order: the drain runs them oldest first.

@@ -1,4 +1,5 @@
 import type { EffectDb, EffectRun, EffectStart, Lease, TransactionalOutcome } from '../drain-types.js';
+import type { Dialect, Steps } from '../sql.js';
 import type { DrainBackend, ModuleTransaction } from './backend.js';
 import { decide, lockEffectKey, moduleDone, moduleFailed, type Decided, type ModuleRun } from './ledger.js';
 import { leaseHeld, renewLease } from './lease.js';
@@ -44,14 +45,13 @@ export async function runTransactionalEffect(b: DrainBackend, m: ModuleEffect): 
   if (!d.oneWriter && !(await b.write('renew lease', () => renewLease(d, lease, startedAt + leaseMs), { oneStatement: true }))) return LOST;
 
   const tx = await b.moduleTransaction('module effect');
-  let decided: Decided;
+  let decided: Decided | undefined;
   try {
-    await tx.run(lockEffectKey(d, start, leaseMs));
-    if (!(await tx.run(d.oneWriter ? renewLease(d, lease, startedAt + leaseMs) : leaseHeld(d, lease)))) {
+    decided = await tx.run(begin(d, m, startedAt));
+    if (decided === undefined) {
       await tx.rollback();
       return LOST;
     }
-    decided = await tx.run(decide(d, lease, attempt, start, startedAt));
     if (decided.nonRun !== undefined) {
       await tx.commit();
       return decided.nonRun;
@@ -64,20 +64,18 @@ export async function runTransactionalEffect(b: DrainBackend, m: ModuleEffect): 
   // below commit together, or not at all.
   const { handle, close } = effectDb(b.name, tx);
   const failure = await callHandler(m, handle, decided.run!, close);
-  const run = (finishedAt: number): ModuleRun => ({ lease, attempt, start, row: decided.row, run: decided.run!, startedAt, finishedAt });
+  const row = decided.row;
+  const run = (finishedAt: number): ModuleRun => ({ lease, attempt, start, row, run: decided.run!, startedAt, finishedAt });
 
   if (failure === undefined) {
     try {
-      const finishedAt = now();
-      if (!d.oneWriter && !(await tx.run(renewLease(d, lease, finishedAt + leaseMs)))) {
+      const ok = await tx.run(end(d, m, run(now())));
+      if (ok === undefined) {
         await tx.rollback();
         return LOST;
       }
-      const attemptId = await tx.run(moduleDone(d, run(finishedAt)));
-      // The event's last effect, and nothing failed: the event is done in this same commit.
-      const completed = m.completeOnOk && (await tx.run(complete(d, lease, finishedAt, m.routeDecisions)));
       await tx.commit();
-      return { action: 'ok', attemptId, runs: (decided.row?.runs ?? 0) + 1, completed };
+      return { action: 'ok', attemptId: ok.attemptId, runs: (row?.runs ?? 0) + 1, completed: ok.completed };
     } catch (e) {
       // Nothing committed: the handler's writes are gone with the ledger row, and the
       // event stays claimed until its lease expires and it is retried.
@@ -90,7 +88,27 @@ export async function runTransactionalEffect(b: DrainBackend, m: ModuleEffect): 
   const error = tx.connectionLost() ?? message(failure.error);
   const failed = run(now());
   const attemptId = await b.write('record module failure', () => moduleFailed(d, failed, error));
-  return { action: 'failed', attemptId, runs: decided.row?.runs ?? 0, error };
+  return { action: 'failed', attemptId, runs: row?.runs ?? 0, error };
+}
+
+/** The transaction's start: the key's lock, the lease guard, the ledger decision; undefined when the lease is lost. */
+function* begin(d: Dialect, m: ModuleEffect, startedAt: number): Steps<Decided | undefined> {
+  yield* lockEffectKey(d, m.start, m.leaseMs);
+  const held = d.oneWriter ? yield* renewLease(d, m.lease, startedAt + m.leaseMs) : yield* leaseHeld(d, m.lease);
+  if (!held) return undefined;
+  return yield* decide(d, m.lease, m.attempt, m.start, startedAt);
+}
+
+/**
+ * The handler resolved: the ledger row done and the attempt ok and, when this was the
+ * event's last effect and nothing failed, the event done too, all in this transaction.
+ * Undefined when the lease is lost (checked here last where writers run concurrently).
+ */
+function* end(d: Dialect, m: ModuleEffect, run: ModuleRun): Steps<{ attemptId: number; completed: boolean } | undefined> {
+  if (!d.oneWriter && !(yield* renewLease(d, m.lease, run.finishedAt + m.leaseMs))) return undefined;
+  const attemptId = yield* moduleDone(d, run);
+  const completed = m.completeOnOk && (yield* complete(d, m.lease, run.finishedAt, m.routeDecisions));
+  return { attemptId, completed };
 }
 
 /**

@@ -9,8 +9,7 @@
 // nothing), `receiver serve` with `drain.enabled: false`, and `receiver serve` as shipped:
 // drain on, one route (source "shop", every event) whose effect is a no-op `module` written
 // to a temp dir, logs at info to a file. --no-drain leaves the drain-on run out; --no-route
-// runs both receivers without the route. (--drain, the old way to turn the drain on, is
-// accepted and changes nothing: the drain is on by default.) --rounds N repeats the three
+// runs both receivers without the route. --rounds N repeats the three
 // runs N times and prints medians: on a shared machine whose speed drifts, one run can be
 // off by a third.
 //
@@ -61,8 +60,6 @@ const { values: args } = parseArgs({
     connections: { type: 'string', default: '16,64' },
     db: { type: 'string' },
     'skip-1m': { type: 'boolean', default: false },
-    // The old flag (the drain used to be off by default): accepted, changes nothing.
-    drain: { type: 'boolean', default: false },
     'no-drain': { type: 'boolean', default: false },
     'no-route': { type: 'boolean', default: false },
     rounds: { type: 'string', default: '1' },
@@ -72,8 +69,6 @@ const { values: args } = parseArgs({
     'drain-wait': { type: 'string', default: '60' },
   },
 });
-if (args.drain && args['no-drain'])
-  throw new Error('--drain and --no-drain contradict each other (the drain is on by default; --no-drain leaves the drain-on run out)');
 const HAS_WRK = spawnSync('wrk', ['--version']).error === undefined;
 const LOAD = args.load ?? (HAS_WRK ? 'wrk' : 'autocannon');
 if (LOAD !== 'wrk' && LOAD !== 'autocannon') throw new Error('--load must be wrk or autocannon');
@@ -606,7 +601,6 @@ async function probeLatency() {
 const results = [];
 const runs = ['bare', 'off', ...(DRAIN_ON ? ['on'] : [])];
 const LABEL = { bare: 'bare hono (stores nothing)', off: 'receiver, drain off', on: 'receiver, drain on' };
-if (args.drain) console.log('(--drain: the drain is on by default now; the flag changes nothing)');
 console.log(
   `ingest benchmark: ${SECONDS}s per run, load from ${LOAD}, receiver started as the systemd unit does (node ${UNIT_NODE_OPTIONS.join(' ')}), ` +
     `connections ${CONNECTIONS.join(', ')}, store ${args.db ?? 'SQLite (synchronous=FULL)'}, ${ROUTE ? 'one route with a no-op module effect' : 'no route'}, ` +

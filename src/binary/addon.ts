@@ -30,7 +30,7 @@ const TRY = 'set RECEIVER_NATIVE_DIR to a directory that only the user running r
 export function addonDir(env: NodeJS.ProcessEnv = process.env): string {
   if (env.RECEIVER_NATIVE_DIR) return env.RECEIVER_NATIVE_DIR;
   if (env.XDG_CACHE_HOME) return join(env.XDG_CACHE_HOME, 'receiver');
-  // The service user's home (/var/lib/receiver in the README) is writable by the unit and cron.
+  // The service user's home (/var/lib/receiver in docs/operations.md) is writable by the unit and cron.
   if (env.HOME) return join(env.HOME, '.cache', 'receiver');
   throw new ReceiverError('config', 'no directory to write the SQLite addon to: neither RECEIVER_NATIVE_DIR, XDG_CACHE_HOME nor HOME is set', { hint: TRY });
 }

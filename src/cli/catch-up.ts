@@ -73,7 +73,7 @@ export async function catchUp(names: string[], options: CatchUpOptions, io: CliI
 function chooseSources(config: Config, names: string[]): string[] {
   if (config.catchUp.size === 0)
     throw new ReceiverError('config', `${config.file}: no source has "catchUp" configured`, {
-      hint: 'add "catchUp" to a stripe, github, paddle or gitlab source (README: "Catch up after downtime")',
+      hint: 'add "catchUp" to a stripe, github, paddle or gitlab source (docs/operations.md: "Catch up after downtime")',
     });
   if (names.length === 0) return [...config.catchUp.keys()];
   for (const n of names) {

@@ -377,7 +377,7 @@ function catchUpSettings(
   const sender = catchUpSenders.get(provider);
   if (sender === undefined) {
     problems.push(
-      `${field}: provider "${provider}" has no API that recovers missed deliveries (catch-up works with ${[...catchUpSenders.keys()].join(', ')}; see the README's "Catch up after downtime")`,
+      `${field}: provider "${provider}" has no API that recovers missed deliveries (catch-up works with ${[...catchUpSenders.keys()].join(', ')}; see docs/operations.md, "Catch up after downtime")`,
     );
     return undefined;
   }

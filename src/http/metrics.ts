@@ -24,7 +24,7 @@ import type { DeliveryOutcome } from './ingest.js';
  * process start hides a burst. Alert on
  *   sum(rate(receiver_deliveries_total{outcome="duplicate"}[15m]))
  *     / sum(rate(receiver_deliveries_total{outcome=~"accepted|duplicate|conflict"}[15m]))
- * (see the README's Operations section).
+ * (see docs/operations.md, "Metrics and alerts").
  */
 
 /** Every delivery outcome the ingest handler reports (defined in src/vocabulary.ts). */

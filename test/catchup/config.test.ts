@@ -44,7 +44,7 @@ describe('catch-up configuration', () => {
 
   it('names the field and the fix for each mistake', () => {
     expect(problems({ s: { provider: 'shopify', secret: 'x', catchUp: { apiKey: 'k' } } })).toContain(
-      `sources.s.catchUp: provider "shopify" has no API that recovers missed deliveries (catch-up works with stripe, github, paddle, gitlab; see the README's "Catch up after downtime")`,
+      `sources.s.catchUp: provider "shopify" has no API that recovers missed deliveries (catch-up works with stripe, github, paddle, gitlab; see docs/operations.md, "Catch up after downtime")`,
     );
     expect(problems({ g: { provider: 'github', secret: 'x', catchUp: { token: 't' } } })).toContain(
       'sources.g.catchUp.hook: set "hook": "repos/<owner>/<repo>/hooks/<id>"',

@@ -76,7 +76,7 @@ describe('receiver backup', () => {
       // Only the copy: no -wal, -shm or temporary file beside it.
       expect(readdirSync(backups)).toEqual(['live.db']);
 
-      // The README's restore: the copy put in place of a database, opened by receiver.
+      // The restore of docs/operations.md: the copy put in place of a database, opened by receiver.
       const restored = join(dir, 'restored');
       mkdirSync(restored);
       copyFileSync(copy, join(restored, 'receiver.db'));

@@ -6,19 +6,22 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { REPO, tempDir } from '../helpers.js';
 
 /**
- * The README's install path as a newcomer follows it: its commands, the env file of step 2
- * and contrib/'s example configuration must agree, and the commands that need neither
- * root, systemd nor the network run in a scratch directory up to a passing check-config.
+ * The install path of docs/operations.md as a newcomer follows it: its commands, the env
+ * file of step 2 and contrib/'s example configuration must agree, and the commands that
+ * need neither root, systemd nor the network run in a scratch directory up to a passing
+ * check-config.
  */
 
-const readme = readFileSync(join(REPO, 'README.md'), 'utf8');
+const operations = readFileSync(join(REPO, 'docs/operations.md'), 'utf8');
+/** Every document whose commands an operator copies. */
+const documents = ['README.md', 'docs/operations.md', 'docs/architecture.md', 'bench/README.md'].map((f) => readFileSync(join(REPO, f), 'utf8'));
 const example = JSON.parse(readFileSync(join(REPO, 'contrib/receiver.shop-example.json'), 'utf8')) as unknown;
 
-/** The README's Install section, up to the next heading. */
+/** The Install section of docs/operations.md, up to the next heading. */
 function installSection(): string {
-  const start = readme.indexOf('\n### Install\n');
+  const start = operations.indexOf('\n## Install\n');
   expect(start).toBeGreaterThan(0);
-  return readme.slice(start, readme.indexOf('\n### ', start + 1));
+  return operations.slice(start, operations.indexOf('\n## ', start + 1));
 }
 
 /** The indented shell lines between the install-commands markers, unindented. */
@@ -57,7 +60,7 @@ function strings(value: unknown): string[] {
   return Object.values(value).flatMap(strings);
 }
 
-describe('README install path and contrib/', () => {
+describe('the install path of docs/operations.md and contrib/', () => {
   const tmp = tempDir();
   afterAll(tmp.cleanup);
 
@@ -81,7 +84,7 @@ describe('README install path and contrib/', () => {
   });
 
   it('the operator recipes use neither sudo (absent from a minimal Debian) nor the sqlite3 program', () => {
-    const code = readme.split('\n').filter((l) => /^ {4,}\S/.test(l));
+    const code = documents.flatMap((d) => d.split('\n')).filter((l) => /^ {4,}\S/.test(l));
     expect(code.filter((l) => /\bsudo\b/.test(l))).toEqual([]);
     expect(code.filter((l) => /(^|[\s;&|(])sqlite3\s/.test(l))).toEqual([]);
     for (const f of ['receiver.cron', 'receiver.service', 'receiver-purge.service']) {
@@ -95,7 +98,7 @@ describe('README install path and contrib/', () => {
     chmodSync(tmp.dir, 0o755);
     // What a Debian system has already.
     for (const d of ['etc/systemd/system', 'etc/cron.d', 'usr/local/bin', 'var/lib', 'var/backups']) mkdirSync(join(root, d), { recursive: true });
-    // The README's paths, moved under the scratch root (the clone is this repository).
+    // The documented paths, moved under the scratch root (the clone is this repository).
     const moved = (text: string) =>
       text.replace(/(^|[\s'"=])\/(etc|var|usr|srv)\//g, `$1${root}/$2/`).replace(/(^|[\s'"=])\/opt\/receiver\b/g, `$1${REPO.replace(/\/$/, '')}`);
     // Neither root, the receiver user, systemd nor the network here: ownership options go,

@@ -445,6 +445,27 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await store.claimEvents('batch-4', T0 + 20 * SEC, LEASE, 8)).map((e) => [e.id, e.attempt])).toEqual([[ids[1], 1]]);
     });
 
+    it("the heartbeat during a module effect's transaction neither waits for it nor goes with its rollback", async () => {
+      for (const d of ['a', 'b']) await store.ingest(event(d));
+      const [a, b] = await store.claimEvents('batch-1', T0, LEASE, 2);
+      const beat = T0 + 20 * SEC;
+      const out = await store.runTransactionalEffect(
+        a!.lease,
+        a!.attempt,
+        start('licence', 'k'),
+        // The drain's heartbeat comes while the handler runs; the handler waits for it, then
+        // throws: its writes roll back, the heartbeat's renewal does not.
+        async () => {
+          await store.renewLeases([a!.lease, b!.lease], beat, LEASE);
+          throw new Error('no');
+        },
+        () => T0,
+        LEASE,
+      );
+      expect(out).toMatchObject({ action: 'failed', error: 'no' });
+      expect((await store.getEvent(b!.id))!.leaseExpiresAt).toBe(beat + LEASE);
+    });
+
     it("a dead process's claims are ended by owner prefix and claimed again at once; others' are not", async () => {
       for (const d of ['a', 'b', 'c']) await store.ingest(event(d));
       const [a, b] = await store.claimEvents('host:41:aa#1', T0, LEASE, 2);

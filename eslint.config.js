@@ -24,6 +24,32 @@ export default tseslint.config(
       'no-console': 'off',
     },
   },
+  // Layers point one way. src/cli is the top (only src/binary starts it besides bin/) and
+  // reaches the HTTP side only through src/server.ts; what the CLI and the admin pages both
+  // show lives below both (src/json/, src/time.ts).
+  {
+    files: ['src/**/*.ts', 'src/**/*.tsx'],
+    ignores: ['src/cli/**', 'src/binary/**'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ group: ['**/cli/*'], message: 'src/cli is the top layer: move what both sides need below both (src/json/, src/time.ts).' }] },
+      ],
+    },
+  },
+  {
+    files: ['src/cli/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            { group: ['**/http/*', '**/http/**'], message: 'src/cli reaches the HTTP side only through src/server.ts; move what both need below both.' },
+          ],
+        },
+      ],
+    },
+  },
   // Rules that need the types: a promise nobody awaits can lose a commit's error or an
   // effect's result; an unhandled case of the vocabulary is a status nobody settles.
   {

@@ -119,7 +119,7 @@ export function startupWarnings(
 }
 
 /** Why listen() failed, in words, and what to do about it. */
-export function listenError(e: unknown, host: string, port: number): ReceiverError {
+function listenError(e: unknown, host: string, port: number): ReceiverError {
   const code = (e as NodeJS.ErrnoException).code ?? '';
   const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
   const [reason, hint] =
@@ -232,7 +232,7 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
         config,
         logger,
         logStyle: style,
-        onLines: (lines) => order.drainLines(lines),
+        onLines: (lines) => order.add(lines),
         onAttempt: (a) => metrics.observeAttempt(a),
         onEvent: (e) => metrics.observeEvent(e),
         onFailure: options.onFatal ?? ((e) => logger.fatal({ err: e }, 'drain thread failed')),

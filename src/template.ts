@@ -16,7 +16,7 @@ export interface TemplateContext {
 
 const PLACEHOLDER = /\{([^{}]+)\}/g;
 
-export function templateFields(template: string): string[] {
+function templateFields(template: string): string[] {
   return [...template.matchAll(PLACEHOLDER)].map((m) => m[1] ?? '');
 }
 

@@ -30,6 +30,13 @@ export type AttemptOutcomeName = (typeof ATTEMPT_OUTCOMES)[number];
 /** Outcomes in which an effect actually ran (and took time worth a histogram). */
 export const RAN_OUTCOMES: readonly AttemptOutcomeName[] = ['ok', 'failed', 'timeout'];
 
+/**
+ * What `attempts.outcome` holds: how the attempt ended (an attempt outcome; a `timeout` is
+ * recorded as `failed`), or `running` while an external effect runs (and after a crash in
+ * the middle of one).
+ */
+export type AttemptRowOutcome = Exclude<AttemptOutcomeName, 'timeout'> | 'running';
+
 /** What became of one request to POST /webhooks/:source (the `delivery` log line, metrics). */
 export const DELIVERY_OUTCOMES = [
   'accepted',

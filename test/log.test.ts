@@ -52,6 +52,19 @@ describe('log lines', () => {
     expect(ids).toEqual([...Array(ids.length).keys()]);
   });
 
+  it('censors a headers object whole and secret-like fields, at any depth the paths name (a second line of defence)', async () => {
+    const batches: string[][] = [];
+    const logger = createLogger('info', { sink: batchedLines((lines) => batches.push(lines)) });
+    logger.info(
+      { headers: { 'stripe-signature': 't=1,v1=abc', 'user-agent': 'Stripe/1.0' }, req: { headers: { cookie: 'c' } }, source: { secret: 's' }, token: 't' },
+      'x',
+    );
+    await new Promise((r) => setImmediate(r));
+    const line = JSON.parse(batches[0]![0]!) as Record<string, unknown>;
+    expect(line).toMatchObject({ headers: '[redacted]', req: { headers: '[redacted]' }, source: { secret: '[redacted]' }, token: '[redacted]' });
+    expect(batches[0]![0]).not.toMatch(/abc|Stripe\/1\.0|"c"/);
+  });
+
   it('batchedLines hands on the lines of one event-loop turn together, in order', async () => {
     const batches: string[][] = [];
     const logger = createLogger('info', { sink: batchedLines((lines) => batches.push(lines)) });
@@ -121,11 +134,11 @@ describe("the drain's lines come after the delivery lines of their events", () =
     const out: string[] = [];
     const order = new DrainLinesAfterDeliveries((l) => out.push(l));
     // Nothing being stored: written at once.
-    order.drainLines(['effect 0']);
+    order.add(['effect 0']);
     const first = order.storing();
     const second = order.storing();
     // The drain ran the first delivery's effect before its request logged its line.
-    order.drainLines(['effect 1']);
+    order.add(['effect 1']);
     const third = order.storing(); // started after: it cannot be about event 1
     out.push('delivery 2');
     second();
@@ -134,8 +147,8 @@ describe("the drain's lines come after the delivery lines of their events", () =
     first();
     expect(out).toEqual(['effect 0', 'delivery 2', 'delivery 1', 'effect 1']);
     // Held again behind the third delivery only, and kept in order.
-    order.drainLines(['effect 3a']);
-    order.drainLines(['effect 3b']);
+    order.add(['effect 3a']);
+    order.add(['effect 3b']);
     out.push('delivery 3');
     third();
     expect(out.slice(4)).toEqual(['delivery 3', 'effect 3a', 'effect 3b']);

@@ -141,7 +141,7 @@ export function backup(template: string, options: BackupOptions, io: CliIo): voi
  * a date or time of its format are earlier copies; all but the N newest by name (the names
  * sort in time order) are deleted. Returns the names deleted. `written` is never deleted.
  */
-export function rotate(dir: string, template: string, keep: number, written: string): string[] {
+function rotate(dir: string, template: string, keep: number, written: string): string[] {
   // split() with a capturing group keeps the placeholders between the literal parts.
   const parts = template.split(/(\{date\}|\{datetime\})/);
   const pattern = new RegExp(

@@ -14,7 +14,7 @@ interface CatchUpOptions extends CommonOptions {
 const UNITS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
 /** `--since 24h` (s, m, h, d) or an ISO 8601 time: the start, in ms. */
-export function parseSince(text: string, now: number): number {
+function parseSince(text: string, now: number): number {
   const m = /^(\d+)([smhd])$/.exec(text.trim());
   if (m !== null) return now - Number(m[1]) * UNITS[m[2]!]!;
   const at = /^\d{4}-\d{2}-\d{2}/.test(text) ? Date.parse(text) : Number.NaN;

@@ -23,7 +23,7 @@ export function registerCheckConfig(program: Command, io: CliIo): void {
  * first event would meet (a missing program or module, a database directory this user
  * cannot write: see preflight); else the resolved configuration, secrets hidden.
  */
-export async function checkConfig(options: CheckConfigOptions, io: CliIo): Promise<void> {
+async function checkConfig(options: CheckConfigOptions, io: CliIo): Promise<void> {
   const config = configFrom(options, io.env);
   const problems = await preflight(config, { cwd: process.cwd(), env: io.env });
   if (problems.length > 0) {

@@ -1,7 +1,8 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { ReceiverError } from '../errors.js';
-import { parseTime } from '../http/admin/filters.js';
-import type { AttemptRow, EventDetail, EventSummary } from '../store/ops-types.js';
+import { detailJson, summaryJson } from '../json/events.js';
+import type { EventDetail, EventSummary } from '../store/ops-types.js';
+import { parseTime } from '../time.js';
 import { EVENT_STATUSES, isOneOf, type EventStatus } from '../vocabulary.js';
 import { addCommonOptions, configFrom, openStoreFor, positiveInt, printable, printJson, type CommonOptions } from './common.js';
 import type { CliIo } from './io.js';
@@ -49,121 +50,6 @@ export function timeFlag(flag: string, now: () => number) {
     } catch {
       throw new InvalidArgumentError(`${flag} must be a time: ISO 8601 (2026-11-30, 2026-11-30T14:02 in UTC, or with a zone) or an age (30m, 2h, 3d, 1w).`);
     }
-  };
-}
-
-const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
-
-/** The JSON shape of one event in `events list` (and the first fields of `events show`). */
-export function summaryJson(e: EventSummary) {
-  return {
-    id: e.id,
-    source: e.source,
-    deliveryId: e.deliveryId,
-    eventType: e.eventType,
-    status: e.status,
-    attempts: e.attempts,
-    receivedAt: iso(e.receivedAt),
-    nextAttemptAt: iso(e.nextAttemptAt),
-    finishedAt: iso(e.finishedAt),
-    lastError: e.lastError,
-    duplicates: e.duplicates,
-    forceEffects: e.forceEffects,
-  };
-}
-
-const utf8 = new TextDecoder('utf-8', { fatal: true });
-
-/** The body as text when it is valid UTF-8, else base64; `bodyEncoding` says which. */
-export function bodyJson(body: Buffer | null): { body: string | null; bodyEncoding: 'utf8' | 'base64' | null } {
-  if (body === null) return { body: null, bodyEncoding: null };
-  try {
-    return { body: utf8.decode(body), bodyEncoding: 'utf8' };
-  } catch {
-    return { body: body.toString('base64'), bodyEncoding: 'base64' };
-  }
-}
-
-/**
- * Attempt rows numbered across replays. The stored `attempt` is the retry counter at the
- * time, which a replay resets: a try starts where that number changes or an effect
- * repeats within it, and a replay where it does not go up. `number` counts tries from the
- * first; `replay` counts the replays before the row (0: before any).
- */
-export function numberAttempts(rows: readonly AttemptRow[]): { number: number; replay: number }[] {
-  let number = 0;
-  let replay = 0;
-  let stored = 0;
-  let seen = new Set<string>();
-  return rows.map((a) => {
-    const effect = `${a.route}\u0000${a.effectKey ?? ''}`;
-    if (number === 0 || a.attempt !== stored || seen.has(effect)) {
-      if (number > 0 && a.attempt <= stored) replay += 1;
-      number += 1;
-      stored = a.attempt;
-      seen = new Set();
-    }
-    seen.add(effect);
-    return { number, replay };
-  });
-}
-
-export function detailJson(e: EventDetail) {
-  const numbers = numberAttempts(e.attemptRows);
-  // Outcomes that ran the effect: skipped, stale and busy ran nothing.
-  const runsOf = (effectKey: string, outcome: 'ok' | 'failed' | 'running') =>
-    e.attemptRows.filter((a) => a.effectKey === effectKey && a.outcome === outcome).length;
-  return {
-    ...summaryJson(e),
-    leaseOwner: e.leaseOwner,
-    leaseExpiresAt: iso(e.leaseExpiresAt),
-    responseStatus: e.responseStatus,
-    extraIds: e.extraIds,
-    headers: e.headers,
-    ...bodyJson(e.body),
-    bodySha256: e.bodySha256,
-    routeDecisions: e.routeDecisions,
-    // `attempts` above is the retry counter (as in `events list`); this is every recorded try.
-    attemptLog: e.attemptRows.map((a, i) => ({
-      attempt: a.attempt,
-      // Across replays (the stored `attempt` restarts at 1 after one); `replay`: replays before it.
-      number: numbers[i]!.number,
-      replay: numbers[i]!.replay,
-      route: a.route,
-      effectKey: a.effectKey,
-      runKey: a.runKey,
-      outcome: a.outcome,
-      forced: a.forced,
-      startedAt: iso(a.startedAt),
-      finishedAt: iso(a.finishedAt),
-      error: a.error,
-      output: a.output,
-    })),
-    effects: e.effects.map((f) => ({
-      effectKey: f.effectKey,
-      route: f.route,
-      businessKey: f.businessKey,
-      status: f.status,
-      eventId: f.eventId,
-      version: f.version,
-      runs: f.runs,
-      forcedRuns: f.forcedRuns,
-      // This event's runs of the key, from its attempts; `runs` is the ledger's, over every event.
-      okRuns: runsOf(f.effectKey, 'ok'),
-      failedRuns: runsOf(f.effectKey, 'failed'),
-      runningRuns: runsOf(f.effectKey, 'running'),
-      startedAt: iso(f.startedAt),
-      finishedAt: iso(f.finishedAt),
-      lastError: f.lastError,
-    })),
-    conflicts: e.conflicts.map((c) => ({
-      id: c.id,
-      receivedAt: iso(c.receivedAt),
-      bodySha256: c.bodySha256,
-      repeats: c.repeats,
-      headers: c.headers,
-      ...bodyJson(c.body),
-    })),
   };
 }
 

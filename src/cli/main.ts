@@ -15,7 +15,7 @@ import { registerStats } from './stats.js';
 import { ExitCode, processIo, type CliIo } from './io.js';
 
 /** Exit codes (docs/contract.md): 0 ok, 1 runtime failure, 2 usage or config error. */
-export function exitCodeFor(e: unknown): number {
+function exitCodeFor(e: unknown): number {
   if (e instanceof ExitCode) return e.code;
   if (e instanceof ReceiverError) return e.kind === 'config' || e.kind === 'usage' ? 2 : 1;
   if (e instanceof CommanderError) return e.exitCode === 0 ? 0 : 2;
@@ -36,7 +36,7 @@ export function useBuildStamp(s: BuildStamp): void {
 }
 
 /** A checkout's version: package.json beside src/ or dist/, the commit when it is a git clone. */
-export function checkoutStamp(): BuildStamp {
+function checkoutStamp(): BuildStamp {
   const root = fileURLToPath(new URL('../../', import.meta.url));
   const { version } = JSON.parse(readFileSync(`${root}package.json`, 'utf8')) as { version: string };
   // Only the package's own .git: an npm install inside some other repository is not that commit.
@@ -60,7 +60,7 @@ function versionText(): string {
   return s.commit === undefined ? s.version : `${s.version} (commit ${s.commit})`;
 }
 
-export function buildProgram(io: CliIo = processIo()): Command {
+function buildProgram(io: CliIo = processIo()): Command {
   const program = new Command('receiver')
     .description('Self-hosted webhook receiver: verified, deduplicated, durable webhooks, applied exactly once in effect')
     .showHelpAfterError('(run with --help for usage)')

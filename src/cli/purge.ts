@@ -9,11 +9,11 @@ import type { CliIo } from './io.js';
 /**
  * Rows per purge batch (one short write transaction each): long enough that a million
  * events purge in minutes, short enough that a running server's inserts wait for the write
- * lock no longer than a batch. Chosen with bench/purge.mjs (its header has the figures).
+ * lock no longer than a batch. Chosen with bench/purge.mjs (figures: bench/README.md).
  */
-export const DEFAULT_BATCH_SIZE = 1000;
+const DEFAULT_BATCH_SIZE = 1000;
 /** Between batches the write lock is free at least this long, and at least as long as the batch held it. */
-export const MIN_PAUSE_MS = 20;
+const MIN_PAUSE_MS = 20;
 
 const DAY_MS = 86_400_000;
 
@@ -23,19 +23,19 @@ const DAY_MS = 86_400_000;
  * a late manual "resend" from a dashboard: twice the longest retry horizon, and never less
  * than 30 days.
  */
-export const LEDGER_FLOOR_DAYS = 30;
+const LEDGER_FLOOR_DAYS = 30;
 
 /** Progress on a terminal: the first line after this long, then at most this often. */
 const PROGRESS_AFTER_MS = 1000;
 const PROGRESS_EVERY_MS = 250;
 
 /** Printed after a run that purged (or, dry, would purge) events. */
-export const PURGE_COST =
+const PURGE_COST =
   'A purged delivery id is forgotten: if its sender delivers it again, it is accepted as a new event. ' +
   'Its effects are still skipped while their keys are in the effect ledger (replay --force re-runs them).';
 
 /** Printed after a run that purged (or, dry, would purge) ledger entries. */
-export const LEDGER_PURGE_COST =
+const LEDGER_PURGE_COST =
   'A purged effect key is forgotten: the next event that brings it (a redelivery of a purged event, ' +
   'or a new event with the same business key) runs its effect again.';
 
@@ -75,7 +75,7 @@ export function registerPurge(program: Command, io: CliIo): void {
 }
 
 /** The configured source whose sender may retry longest. */
-export function longestHorizon(config: Config): { source: string; hours: number } | undefined {
+function longestHorizon(config: Config): { source: string; hours: number } | undefined {
   let best: { source: string; hours: number } | undefined;
   for (const s of config.sources.values()) {
     if (best === undefined || s.retryHorizonHours > best.hours) best = { source: s.name, hours: s.retryHorizonHours };
@@ -84,7 +84,7 @@ export function longestHorizon(config: Config): { source: string; hours: number 
 }
 
 /** The shortest --ledger-days the configured sources allow, and why. */
-export function ledgerFloor(config: Config): { days: number; horizon: { source: string; hours: number } | undefined } {
+function ledgerFloor(config: Config): { days: number; horizon: { source: string; hours: number } | undefined } {
   const horizon = longestHorizon(config);
   const days = Math.max(LEDGER_FLOOR_DAYS, horizon === undefined ? 0 : Math.ceil((2 * horizon.hours) / 24));
   return { days, horizon };

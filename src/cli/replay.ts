@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { ReceiverError } from '../errors.js';
+import { replayJson } from '../json/replay.js';
 import type { ReplayRefusal, ReplayResult } from '../store/ops-types.js';
 import { addCommonOptions, configFrom, openStoreFor, printable, printJson, type CommonOptions } from './common.js';
 import type { CliIo } from './io.js';
@@ -65,20 +66,6 @@ function explain(r: ReplayRefusal): string {
     case 'body_dropped':
       return `event ${r.eventId} has no body any more (dropped by purge --bodies-days), so its effects cannot run again`;
   }
-}
-
-/** The JSON document of `replay --json` (and of the admin API's replay routes). */
-export function replayJson(result: ReplayResult) {
-  return {
-    replayed: result.replayed.map((e) => ({ id: e.eventId, source: e.source, deliveryId: e.deliveryId, previousStatus: e.previousStatus, force: e.force })),
-    refused: result.refused.map((r) => ({
-      id: r.eventId,
-      reason: r.reason,
-      ...(r.reason === 'processing'
-        ? { leaseOwner: r.leaseOwner ?? null, leaseExpiresAt: r.leaseExpiresAt == null ? null : new Date(r.leaseExpiresAt).toISOString() }
-        : {}),
-    })),
-  };
 }
 
 export async function replay(ids: string[], options: ReplayOptions, io: CliIo): Promise<void> {

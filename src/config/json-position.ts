@@ -1,8 +1,9 @@
 /**
- * Where a JSON text stops being JSON, as a line and column an editor can jump to. Node 20
- * names a character offset for most syntax errors ("... in JSON at position 57") and none
- * for some ("Unexpected token '}', "..." is not valid JSON"); the offset is found by
- * scanning the text then.
+ * Where a JSON text stops being JSON, as a line and column an editor can jump to. JSON.parse
+ * names a character offset for most syntax errors ("... in JSON at position 57"); for an
+ * unexpected token ("Unexpected token 'N', "..." is not valid JSON") it names the token and
+ * the text around it, not where it is. JSON.parse finds that offset too: see
+ * firstErrorOffset.
  */
 
 export interface JsonSyntaxError {
@@ -15,8 +16,7 @@ export interface JsonSyntaxError {
 /** JSON.parse's error on `text`, located: 1-based line and column. */
 export function locateJsonError(text: string, error: Error): JsonSyntaxError {
   const message = error.message;
-  const at = /\bat position (\d+)/.exec(message);
-  const offset = at !== null ? Number(at[1]) : firstErrorOffset(text);
+  const offset = positionIn(message) ?? firstErrorOffset(text);
   let reason = message.replace(/ at position \d+.*$/s, '').replace(/ in JSON$/, '');
   // "Unexpected token 'X', "<the text around it>" is not valid JSON": the quoted text may hold line breaks; the character is named instead.
   if (/^Unexpected token/.test(reason) && /is not valid JSON$/.test(reason)) reason = `Unexpected character ${JSON.stringify(text[offset] ?? '')}`;
@@ -25,131 +25,49 @@ export function locateJsonError(text: string, error: Error): JsonSyntaxError {
 }
 
 /** 1-based line and column of a character offset (a tab counts as one column). */
-export function lineAndColumn(text: string, offset: number): { line: number; column: number } {
+function lineAndColumn(text: string, offset: number): { line: number; column: number } {
   const before = text.slice(0, Math.max(0, Math.min(offset, text.length)));
   const lines = before.split('\n');
   return { line: lines.length, column: (lines[lines.length - 1]?.length ?? 0) + 1 };
 }
 
+/** The offset a JSON.parse message names ("... at position 57"), if it names one. */
+function positionIn(message: string): number | undefined {
+  const at = /\bat position (\d+)/.exec(message);
+  return at === null ? undefined : Number(at[1]);
+}
+
 /**
- * The offset of the first character that is not valid JSON (RFC 8259), or the text's
- * length when it ends too early. A strict recursive descent; it only ever runs on a text
- * JSON.parse has already refused.
+ * Whether JSON.parse refuses `prefix` for a character in it, rather than because it ends
+ * too early ("Unexpected end of JSON input", or an error at the position just past its end).
  */
-export function firstErrorOffset(text: string): number {
-  let i = 0;
-  class Stop {
-    constructor(readonly at: number) {}
-  }
-  const fail = (at = i): never => {
-    throw new Stop(at);
-  };
-  const ws = () => {
-    while (i < text.length && ' \t\n\r'.includes(text[i]!)) i += 1;
-  };
-  const literal = (word: string) => {
-    for (const ch of word) {
-      if (text[i] !== ch) fail();
-      i += 1;
-    }
-  };
-  const digits = () => {
-    const start = i;
-    while (i < text.length && text[i]! >= '0' && text[i]! <= '9') i += 1;
-    if (i === start) fail();
-  };
-  const number = () => {
-    if (text[i] === '-') i += 1;
-    if (text[i] === '0') i += 1;
-    else digits();
-    if (text[i] === '.') {
-      i += 1;
-      digits();
-    }
-    if (text[i] === 'e' || text[i] === 'E') {
-      i += 1;
-      if (text[i] === '+' || text[i] === '-') i += 1;
-      digits();
-    }
-  };
-  const string = () => {
-    i += 1; // the opening quote
-    for (;;) {
-      if (i >= text.length) fail();
-      const ch = text[i]!;
-      if (ch === '"') {
-        i += 1;
-        return;
-      }
-      if (ch < ' ') fail();
-      if (ch === '\\') {
-        i += 1;
-        const esc = text[i];
-        if (esc === 'u') {
-          for (let k = 1; k <= 4; k += 1) if (!/[0-9a-fA-F]/.test(text[i + k] ?? '')) fail(i + k);
-          i += 5;
-        } else if (esc !== undefined && '"\\/bfnrt'.includes(esc)) i += 1;
-        else fail();
-      } else i += 1;
-    }
-  };
-  const value = (): void => {
-    ws();
-    const ch = text[i];
-    if (ch === '{') {
-      i += 1;
-      ws();
-      if (text[i] === '}') {
-        i += 1;
-        return;
-      }
-      for (;;) {
-        ws();
-        if (text[i] !== '"') fail();
-        string();
-        ws();
-        if (text[i] !== ':') fail();
-        i += 1;
-        value();
-        ws();
-        if (text[i] === ',') i += 1;
-        else if (text[i] === '}') {
-          i += 1;
-          return;
-        } else fail();
-      }
-    }
-    if (ch === '[') {
-      i += 1;
-      ws();
-      if (text[i] === ']') {
-        i += 1;
-        return;
-      }
-      for (;;) {
-        value();
-        ws();
-        if (text[i] === ',') i += 1;
-        else if (text[i] === ']') {
-          i += 1;
-          return;
-        } else fail();
-      }
-    }
-    if (ch === '"') return string();
-    if (ch === 't') return literal('true');
-    if (ch === 'f') return literal('false');
-    if (ch === 'n') return literal('null');
-    if (ch === '-' || (ch !== undefined && ch >= '0' && ch <= '9')) return number();
-    fail();
-  };
+function failsBeforeEnd(prefix: string): boolean {
   try {
-    value();
-    ws();
-    if (i < text.length) fail();
-    return text.length;
+    JSON.parse(prefix);
+    return false;
   } catch (e) {
-    if (e instanceof Stop) return e.at;
-    throw e;
+    const message = (e as Error).message;
+    const at = positionIn(message);
+    return at !== undefined ? at < prefix.length : message !== 'Unexpected end of JSON input';
   }
+}
+
+/**
+ * The offset of the first character that is not valid JSON, or the text's length when it
+ * only ends too early. JSON.parse reads left to right and stops at that character, so a
+ * beginning of the text fails before its end exactly when it holds the character: a binary
+ * search over the beginnings finds it, with JSON.parse as the parser (about log2(length)
+ * parses, and only for a text JSON.parse has already refused).
+ */
+function firstErrorOffset(text: string): number {
+  if (!failsBeforeEnd(text)) return text.length;
+  // failsBeforeEnd(text.slice(0, lo)) is false, failsBeforeEnd(text.slice(0, hi)) is true.
+  let lo = 0;
+  let hi = text.length;
+  while (hi - lo > 1) {
+    const mid = Math.floor((lo + hi) / 2);
+    if (failsBeforeEnd(text.slice(0, mid))) hi = mid;
+    else lo = mid;
+  }
+  return hi - 1;
 }

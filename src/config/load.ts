@@ -16,7 +16,7 @@ import { isOneOf, LOG_FORMATS } from '../vocabulary.js';
 import type { CatchUpSettings } from '../catchup/types.js';
 
 /** An admin token shorter than this is refused: it is the only thing between the web and replay. */
-export const ADMIN_TOKEN_MIN_LENGTH = 32;
+const ADMIN_TOKEN_MIN_LENGTH = 32;
 
 export interface Config extends Omit<RawConfig, 'sources' | 'metrics' | 'admin'> {
   /** Where the configuration came from (for messages). */
@@ -47,7 +47,7 @@ export interface ConfigOverrides {
   withoutSecrets?: boolean;
 }
 
-export const DEFAULT_CONFIG_FILE = './receiver.config.json';
+const DEFAULT_CONFIG_FILE = './receiver.config.json';
 
 function fieldPath(path: readonly PropertyKey[]): string {
   return path.map(String).join('.') || '(top level)';

@@ -41,7 +41,7 @@ export async function preflight(config: Config, where: { cwd: string; env: NodeJ
 }
 
 /** Why spawn could not run `program`, as it resolves it: a path with a slash against the working directory, a bare name through PATH. */
-export function programProblem(program: string, where: { cwd: string; env: NodeJS.ProcessEnv }): string | undefined {
+function programProblem(program: string, where: { cwd: string; env: NodeJS.ProcessEnv }): string | undefined {
   const user = processUser();
   if (program.includes('/')) {
     const path = isAbsolute(program) ? program : resolve(where.cwd, program);

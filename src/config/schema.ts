@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { LOG_BUFFER_BYTES } from '../log.js';
 import { LOG_FORMATS } from '../vocabulary.js';
 
 /**
@@ -6,9 +7,6 @@ import { LOG_FORMATS } from '../vocabulary.js';
  * field is an error naming it, because a typo such as "secrests" must not silently
  * leave a source unverified.
  */
-
-/** log.bufferBytes by default: about 15,000 lines waiting for a slow reader of stderr. */
-export const LOG_BUFFER_BYTES = 4 * 1024 * 1024;
 
 const secretRef = z.string().min(1, 'must not be empty');
 
@@ -19,7 +17,7 @@ const headerName = () => z.string().regex(HEADER_NAME, 'is not a valid HTTP head
 /** Effects POST and Twilio signs over http(s) only: `file:///...` would be a network error retried forever. */
 const httpUrl = () => z.url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' });
 
-export const sourceSchema = z.strictObject({
+const sourceSchema = z.strictObject({
   provider: z.string().min(1),
   secret: secretRef.optional(),
   secrets: z.array(secretRef).min(1).optional(),
@@ -85,7 +83,7 @@ const effectSchema = z
     message: 'set exactly one of "exec", "http" or "module"',
   });
 
-export const routeSchema = z.strictObject({
+const routeSchema = z.strictObject({
   name: z.string().regex(/^[A-Za-z0-9_.-]+$/, 'use letters, digits, "_", "-" and "." only'),
   source: z.string().min(1),
   events: z.array(z.string().min(1)).min(1).default(['*']),

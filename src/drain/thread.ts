@@ -30,9 +30,9 @@ export function useDrainWorkerSource(source: string): void {
  * which it does send, cross apart as plain text (httpSecrets in DrainWorkerInit) and are
  * wrapped again there.
  */
-export type DrainConfig = Omit<Config, 'sources' | 'metrics' | 'admin' | 'catchUp' | 'httpSecrets'>;
+export type ThreadConfig = Omit<Config, 'sources' | 'metrics' | 'admin' | 'catchUp' | 'httpSecrets'>;
 
-export function drainConfig(config: Config): DrainConfig {
+export function threadConfig(config: Config): ThreadConfig {
   const { sources: _sources, metrics: _metrics, admin: _admin, catchUp: _catchUp, httpSecrets: _httpSecrets, ...rest } = config;
   return rest;
 }
@@ -71,7 +71,7 @@ export function startDrainThread(o: DrainThreadOptions): Promise<Drain> {
   const signals = new SharedArrayBuffer(8);
   const counts = new Int32Array(signals);
   const init: DrainWorkerInit = {
-    config: drainConfig(o.config),
+    config: threadConfig(o.config),
     httpSecrets: revealHttpSecrets(o.config.httpSecrets),
     execEnv: effectEnvironment(o.config),
     signals,

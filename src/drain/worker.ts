@@ -2,7 +2,7 @@
  * The drain's own thread in `serve`. The event loop of the main thread reads, verifies and
  * answers deliveries; this one claims, runs effects and settles, on its own database
  * connection (see thread.ts for why). It runs on the configuration the main thread
- * loaded (its plain part, DrainConfig), so both threads run on the same one.
+ * loaded (its plain part, ThreadConfig), so both threads run on the same one.
  */
 import { readlinkSync } from 'node:fs';
 import { getPriority, setPriority } from 'node:os';
@@ -12,11 +12,11 @@ import { logModuleRejection } from '../effects/module.js';
 import { batchedLines, createLogger, type LogStyle } from '../log.js';
 import { openStore } from '../store/open.js';
 import { startDrain, type AttemptOutcome, type EventOutcome } from './loop.js';
-import type { DrainConfig } from './thread.js';
+import type { ThreadConfig } from './thread.js';
 
 export interface DrainWorkerInit {
-  config: DrainConfig;
-  /** The http effects' header values and signing secrets (see DrainConfig). */
+  config: ThreadConfig;
+  /** The http effects' header values and signing secrets (see ThreadConfig). */
   httpSecrets: PlainHttpSecrets;
   /** The environment exec effects start from: the main thread's, minus the receiver's secrets. */
   execEnv: NodeJS.ProcessEnv;
@@ -63,7 +63,7 @@ if (parentPort !== null) {
   const nice = lowerPriority();
   const init = workerData as DrainWorkerInit;
   const signals = new Int32Array(init.signals);
-  // The drain reads no source, no metrics or admin token and no catch-up setting (see DrainConfig).
+  // The drain reads no source, no metrics or admin token and no catch-up setting (see ThreadConfig).
   const config = {
     ...init.config,
     sources: new Map(),

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import type { Config } from '../config/load.js';
+import type { RouteConfig } from '../config/schema.js';
 import { OutputTail, type EffectEvent, type EffectResult } from './types.js';
 
 export interface ExecRequest {
@@ -25,7 +25,7 @@ export interface ExecRequest {
  * variables receiver sets: what a command needs to find programs, a home directory, its
  * locale and time zone. `LC_*` are locale settings (LC_ALL, LC_CTYPE, ...), never credentials.
  */
-export const MINIMAL_ENV_NAMES: readonly string[] = ['PATH', 'HOME', 'LANG', 'TZ'];
+const MINIMAL_ENV_NAMES: readonly string[] = ['PATH', 'HOME', 'LANG', 'TZ'];
 const LOCALE_NAME = /^LC_[A-Z_]+$/;
 
 /** What `effect.env` may name: a shell variable name, not one of receiver's own (`RECEIVER_*`). */
@@ -40,7 +40,7 @@ export const isReceiverVariable = (name: string) => name.startsWith('RECEIVER_')
  * command, whether or not the configuration references it. This is what crosses to the
  * drain thread; each command then gets only its own route's share (runExec).
  */
-export function effectEnvironment(config: Pick<Config, 'routes'>, parent: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+export function effectEnvironment(config: { routes: readonly RouteConfig[] }, parent: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
   return pickEnvironment(
     parent,
     config.routes.flatMap((r) => r.effect.env ?? []),
@@ -58,7 +58,7 @@ function pickEnvironment(from: NodeJS.ProcessEnv, listed: readonly string[]): No
 }
 
 /** After the main process exits, how long to wait for its output pipes to close. */
-const DRAIN_OUTPUT_MS = 1000;
+const PIPES_CLOSE_MS = 1000;
 
 /**
  * Runs an argv (no shell) with the raw body on stdin. Exit 0 is success; anything else is
@@ -84,7 +84,7 @@ export function runExec(req: ExecRequest): Promise<EffectResult> {
     let settled = false;
     let killedFor: 'timeout' | 'shutdown' | undefined;
     let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
-    let drainTimer: NodeJS.Timeout | undefined;
+    let pipesTimer: NodeJS.Timeout | undefined;
 
     let child: ReturnType<typeof spawn>;
     try {
@@ -114,7 +114,7 @@ export function runExec(req: ExecRequest): Promise<EffectResult> {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      clearTimeout(drainTimer);
+      clearTimeout(pipesTimer);
       req.signal?.removeEventListener('abort', onAbort);
       child.stdout?.destroy();
       child.stderr?.destroy();
@@ -139,7 +139,7 @@ export function runExec(req: ExecRequest): Promise<EffectResult> {
       exit = { code, signal };
       clearTimeout(timer);
       // A background process it left behind may hold the pipes open: do not wait for it forever.
-      drainTimer = setTimeout(() => finish(outcome()), DRAIN_OUTPUT_MS);
+      pipesTimer = setTimeout(() => finish(outcome()), PIPES_CLOSE_MS);
     });
     child.on('close', () => finish(outcome()));
 

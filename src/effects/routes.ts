@@ -21,7 +21,7 @@ export interface RouteFailure {
 
 export type RoutePlan = PlannedEffect | RouteFailure;
 
-export const effectKeyOf = (route: string, businessKey: string) => `${route}:${businessKey}`;
+const effectKeyOf = (route: string, businessKey: string) => `${route}:${businessKey}`;
 
 /** The route's source and event-type globs select this event (its filter not yet asked). */
 function routeSelects(route: RouteConfig, source: string, eventType: string): boolean {

@@ -27,7 +27,7 @@ export interface AppOptions {
 }
 
 /** The one place errors become HTTP answers. Never a stack trace to a client. */
-export function errorResponse(e: unknown, c: Context, onError?: (e: unknown) => void): Response {
+function errorResponse(e: unknown, c: Context, onError?: (e: unknown) => void): Response {
   if (e instanceof ReceiverError) {
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (e.httpStatus === 503) headers['retry-after'] = String(RETRY_AFTER_SECONDS);

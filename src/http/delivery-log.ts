@@ -63,8 +63,8 @@ export class DrainLinesAfterDeliveries {
     };
   }
 
-  /** A batch of the drain thread's lines. */
-  drainLines(lines: string[]): void {
+  /** A batch of the drain thread's lines: written now, or held until the deliveries being stored have logged theirs. */
+  add(lines: string[]): void {
     if (this.#storing.size === 0 && this.#held.length === 0) for (const line of lines) this.#write(line);
     else {
       this.#held.push({ after: this.#last, lines });

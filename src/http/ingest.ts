@@ -11,7 +11,7 @@ import type { DeliveryOutcomeName } from '../vocabulary.js';
 
 const SENSITIVE_HEADER_SET = new Set(SENSITIVE_HEADERS);
 
-export function redactHeaders(headers: Record<string, string>, source: ResolvedSource): Record<string, string> {
+function redactHeaders(headers: Record<string, string>, source: ResolvedSource): Record<string, string> {
   const extra = source.options.header?.toLowerCase();
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(headers)) out[k] = SENSITIVE_HEADER_SET.has(k) || k === extra ? '[redacted]' : v;
@@ -67,7 +67,7 @@ const OUTCOME_BY_KIND: Partial<Record<ReceiverError['kind'], DeliveryOutcome['ou
  * claimed delivery id, the name of an unknown source): cut to its first 200 characters,
  * so one request cannot write a 15,000-character log line.
  */
-export function cutForLog(text: string): string {
+function cutForLog(text: string): string {
   return text.slice(0, 200);
 }
 

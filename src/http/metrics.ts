@@ -27,14 +27,11 @@ import type { DeliveryOutcome } from './ingest.js';
  * (see docs/operations.md, "Metrics and alerts").
  */
 
-/** Every delivery outcome the ingest handler reports (defined in src/vocabulary.ts). */
-export { DELIVERY_OUTCOMES };
-
 /**
  * Deliveries to a source name that is not configured are counted under this label,
  * so a scanner posting to random paths cannot create unbounded series.
  */
-export const UNKNOWN_SOURCE = '_unknown';
+const UNKNOWN_SOURCE = '_unknown';
 
 /** What the store says about the queue, read at scrape time. */
 export interface QueueSnapshot {

@@ -8,7 +8,7 @@ import { anyMatches, bodyHashId, decodeSignature, header, hmac, jsonBody, requir
  * set `publicUrl`: it is used as is when it has a query string, otherwise followed by the
  * query string of the request. Without it, the URL the receiver saw.
  */
-export function twilioSignedUrl(d: Pick<Delivery, 'url'>, source: Pick<ResolvedSource, 'options'>): string {
+function twilioSignedUrl(d: Pick<Delivery, 'url'>, source: Pick<ResolvedSource, 'options'>): string {
   const publicUrl = source.options.publicUrl;
   if (publicUrl === undefined) return d.url;
   if (publicUrl.includes('?')) return publicUrl;

@@ -15,7 +15,7 @@ export function hmac(algorithm: 'sha256' | 'sha1', key: string | Buffer, ...part
   return h.digest();
 }
 
-/** SHA-256 in hex. The one-shot crypto.hash: no Hash object per call (1.7 against 3.5 us for 1.5 KB). */
+/** SHA-256 in hex. The one-shot crypto.hash: no Hash object per call (bench/hash.mjs). */
 export function sha256Hex(data: Buffer | string): string {
   return hash('sha256', data, 'hex');
 }

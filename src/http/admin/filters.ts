@@ -1,6 +1,7 @@
 import { ReceiverError } from '../../errors.js';
 import type { ListEventsQuery } from '../../store/ops-types.js';
 import { EVENT_STATUSES, type EventStatus } from '../../vocabulary.js';
+import { parseTime } from '../../time.js';
 
 /**
  * The events list's filters, read from a query string: the same names for the page's form
@@ -26,22 +27,6 @@ export const DEFAULT_PAGE_SIZE = 50;
 export const MAX_PAGE_SIZE = 500;
 
 const usage = (message: string) => new ReceiverError('usage', message);
-
-/**
- * A time as a form's datetime-local field sends it (`2026-11-30T14:02`, read as UTC, as
- * every time on these pages is shown), a date, or ISO 8601 with a zone.
- */
-export function parseTime(name: string, text: string): number {
-  let t = text.trim();
-  if (/^\d{4}-\d{2}-\d{2}$/.test(t)) t += 'T00:00Z';
-  else if (/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,3})?)?$/.test(t)) t += 'Z';
-  else if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,3})?)?(Z|[+-]\d{2}:\d{2})$/.test(t)) {
-    throw usage(`${name}: "${text}" is not a time (use 2026-11-30T14:02 in UTC, or ISO 8601 with a zone)`);
-  }
-  const ms = Date.parse(t);
-  if (!Number.isFinite(ms)) throw usage(`${name}: "${text}" is not a valid time`);
-  return ms;
-}
 
 function positive(name: string, text: string, max = Number.MAX_SAFE_INTEGER): number {
   if (!/^\d{1,16}$/.test(text) || Number(text) <= 0 || Number(text) > max) throw usage(`${name}: "${text}" must be a whole number from 1 to ${max}`);

@@ -1,9 +1,9 @@
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
-import { detailJson, summaryJson } from '../../cli/events.js';
-import { replayJson } from '../../cli/replay.js';
-import { statsJson } from '../../cli/stats.js';
+import { detailJson, summaryJson } from '../../json/events.js';
+import { replayJson } from '../../json/replay.js';
+import { statsJson } from '../../json/stats.js';
 import type { Config } from '../../config/load.js';
 import type { Secret } from '../../config/secret.js';
 import { ReceiverError } from '../../errors.js';

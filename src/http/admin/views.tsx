@@ -1,7 +1,7 @@
 import type { Child } from 'hono/jsx';
-import type { detailJson, summaryJson } from '../../cli/events.js';
-import type { replayJson } from '../../cli/replay.js';
-import type { statsJson } from '../../cli/stats.js';
+import type { detailJson, summaryJson } from '../../json/events.js';
+import type { replayJson } from '../../json/replay.js';
+import type { statsJson } from '../../json/stats.js';
 import type { ConflictRow, RouteFailures } from '../../store/ops-types.js';
 import { EVENT_STATUSES } from '../../vocabulary.js';
 import { DeliveriesChart, type HourBucket } from './chart.js';

@@ -1,7 +1,6 @@
 import type {
   EffectRow,
   EventDetail,
-  EventStatus,
   EventSummary,
   HourlyDeliveries,
   LedgerPurgeBatchResult,
@@ -16,7 +15,7 @@ import type {
   SearchEventsResult,
   StoreStats,
 } from './ops-types.js';
-import { EVENT_STATUSES } from './ops-types.js';
+import { EVENT_STATUSES, type EventStatus } from '../vocabulary.js';
 import {
   ATTEMPT_COLUMNS,
   CONFLICT_COLUMNS,
@@ -108,7 +107,7 @@ const statements = memo((d: Dialect) => {
     // last_error stays until the next attempt replaces it. A plain replay never clears a
     // pending force (the drain clears it when it completes the event). A forced one sets
     // force_effects to the id the replay's first attempt row will have at least: the drain
-    // tells this replay's forced runs from earlier ones by it (drain-steps forcedInThisReplay).
+    // tells this replay's forced runs from earlier ones by it (forcedInThisReplay in drain/ledger.ts).
     reset: text(
       (p) => `UPDATE events SET status = 'pending', next_attempt_at = ${p()}, attempts = 0,
         lease_owner = NULL, lease_expires_at = NULL, finished_at = NULL,

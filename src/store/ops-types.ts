@@ -1,3 +1,5 @@
+import type { EffectStatus, EventOrigin, EventStatus } from '../vocabulary.js';
+
 /**
  * Operator operations on the store: purge, replay, events list/show, stats.
  *
@@ -13,12 +15,6 @@
  * events are live. The effect ledger (`effects`) is deleted only by purgeLedgerBatch, and
  * only rows no stored event refers to.
  */
-
-import type { EventOrigin } from '../vocabulary.js';
-
-export type EventStatus = 'pending' | 'processing' | 'done' | 'dead';
-
-export const EVENT_STATUSES: readonly EventStatus[] = ['pending', 'processing', 'done', 'dead'];
 
 /**
  * One stored form of a delivery id the operator gave: the id itself, or (for senders whose
@@ -195,7 +191,7 @@ export interface EffectRow {
   effectKey: string;
   route: string;
   businessKey: string;
-  status: 'running' | 'done' | 'failed';
+  status: EffectStatus;
   /** The event that last ran it. */
   eventId: number | null;
   version: string | null;
@@ -265,7 +261,7 @@ export interface StoreStats {
   /** Oldest expired lease among them (ms), or null. */
   oldestStuckLeaseExpiresAt: number | null;
   /** Ledger rows by status. */
-  effectsByStatus: Record<'running' | 'done' | 'failed', number>;
+  effectsByStatus: Record<EffectStatus, number>;
   ledger: {
     /** Disk space of the `effects` table with its index (bytes). */
     bytes: number;

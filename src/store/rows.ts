@@ -1,6 +1,6 @@
 import type { ClaimedEvent, LedgerRow } from './drain-types.js';
-import type { EventOrigin } from '../vocabulary.js';
-import type { AttemptRow, ConflictRow, EffectRow, EventDetail, EventStatus, EventSummary, HourlyDeliveries, RouteFailures } from './ops-types.js';
+import type { EventOrigin, EventStatus } from '../vocabulary.js';
+import type { AttemptRow, ConflictRow, EffectRow, EventDetail, EventSummary, HourlyDeliveries, RouteFailures } from './ops-types.js';
 
 /**
  * Rows as both stores return them, and their camelCase shapes: snake_case is converted

@@ -1,6 +1,7 @@
 import Database from 'better-sqlite3';
 import { createHash } from 'node:crypto';
 import { openSqlite } from '../../src/store/sqlite/open.js';
+import type { EffectStatus } from '../../src/vocabulary.js';
 
 /**
  * Rows for the purge/replay/events/stats tests, written in SQL so each test sets exactly
@@ -100,7 +101,7 @@ export function insertAttempt(
   );
 }
 
-export function insertEffect(db: Database.Database, e: { effectKey: string; eventId: number; status?: 'running' | 'done' | 'failed'; at: number }): void {
+export function insertEffect(db: Database.Database, e: { effectKey: string; eventId: number; status?: EffectStatus; at: number }): void {
   const [route, ...rest] = e.effectKey.split(':');
   db.prepare(`INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, started_at, finished_at) VALUES (?, ?, ?, ?, ?, 1, ?, ?)`).run(
     e.effectKey,

@@ -20,7 +20,7 @@
  * Target: under 50 ms server time for the page and the API list, first and deep.
  */
 import { spawn } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -140,7 +140,13 @@ writeFileSync(
   configFile,
   JSON.stringify({
     database,
-    sources: Object.fromEntries(SOURCES.map((s) => [s, { provider: 'none', deliveryId: '{body.id}', eventType: '{body.type}' }])),
+    // github as GitHub: a GUID looked up in it walks that source's delivery ids (stored as <hook id>:<GUID>).
+    sources: Object.fromEntries(
+      SOURCES.map((s) => [
+        s,
+        s === 'github' ? { provider: 'github', secret: 'bench-secret' } : { provider: 'none', deliveryId: '{body.id}', eventType: '{body.type}' },
+      ]),
+    ),
     drain: { enabled: false },
     log: { level: 'warn' },
     admin: { token: 'env:RECEIVER_ADMIN_TOKEN' },
@@ -241,6 +247,10 @@ await measure(
   20,
 );
 await measure('API received in the last day', `/admin/api/events?from=${new Date(now - 24 * HOUR).toISOString()}`, api);
+await measure('API delivery id, a GitHub GUID (20 requests)', `/admin/api/events?delivery=${randomUUID()}`, api, 20);
+await measure('API type pattern checkout.*, first page', '/admin/api/events?type=checkout.*', api);
+await measure('API origin=test (none), 20 requests', '/admin/api/events?origin=test', api, 20);
+await measure('API body search for one customer (10,000 bodies read)', '/admin/api/events?search=customer42%40example.com', api, 20);
 await measure('page /admin/events/:id (one event)', () => `/admin/events/${1 + Math.floor(Math.random() * EVENTS)}`, page);
 await measure('page /admin/ (overview: full stats scan; 10 requests)', '/admin/', page, 10);
 

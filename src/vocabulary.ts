@@ -13,6 +13,14 @@
 export const EVENT_STATUSES = ['pending', 'processing', 'done', 'dead'] as const;
 export type EventStatus = (typeof EVENT_STATUSES)[number];
 
+/**
+ * How an event came in (`events.origin`): `webhook` (a delivery to POST /webhooks/:source),
+ * `catch-up` (fetched from the sender's API), `test` (a delivery `receiver send-test` signed
+ * and marked as a test; its routes are skipped unless it asked for them with --run-effects).
+ */
+export const EVENT_ORIGINS = ['webhook', 'catch-up', 'test'] as const;
+export type EventOrigin = (typeof EVENT_ORIGINS)[number];
+
 /** An effect key's status in the ledger (`effects.status`). */
 export const EFFECT_STATUSES = ['running', 'done', 'failed'] as const;
 export type EffectStatus = (typeof EFFECT_STATUSES)[number];

@@ -8,6 +8,7 @@ import { resolveConfig, type Config } from '../src/config/load.js';
 import { run } from '../src/cli/main.js';
 import { createApp, type AppOptions } from '../src/http/app.js';
 import { SqliteStore } from '../src/store/sqlite/index.js';
+import type { ClaimedEvent, DrainStore } from '../src/store/drain-types.js';
 
 export const REPO = new URL('..', import.meta.url).pathname;
 export const BIN = join(REPO, 'bin/receiver.js');
@@ -223,4 +224,9 @@ export function waitFor<T>(get: () => T | undefined, what: string, timeoutMs = 5
     };
     tick();
   });
+}
+
+/** The drain's claim (claimEvents) of the one oldest due event; undefined when none is due. */
+export async function claimOne(store: DrainStore, owner: string, now: number, leaseMs: number): Promise<ClaimedEvent | undefined> {
+  return (await store.claimEvents(owner, now, leaseMs, 1))[0];
 }

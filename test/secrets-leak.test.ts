@@ -151,7 +151,8 @@ describe('no secret is ever written: stdout, stderr and the database of a full s
       expect(keep('check-config', await runCli(['check-config', '-c', file], { env })).code).toBe(0);
       expect(keep('check-config --json', await runCli(['check-config', '-c', file, '--json'], { env })).code).toBe(0);
       for (const name of config.sources.keys()) {
-        const r = keep(`send-test ${name}`, await runCli(['send-test', name, '-c', file, '--url', serve.url], { env }));
+        // --run-effects: the effects run too (a test delivery skips them otherwise), so their output is looked at.
+        const r = keep(`send-test ${name}`, await runCli(['send-test', name, '-c', file, '--url', serve.url, '--run-effects'], { env }));
         expect(r.code).toBe(0);
       }
 

@@ -6,13 +6,14 @@ import type { AttemptOutcome, EventOutcome } from '../src/drain/process.js';
 import type { DeliveryOutcome } from '../src/http/ingest.js';
 import { ReceiverMetrics } from '../src/http/metrics.js';
 import type { LedgerRow } from '../src/store/drain-types.js';
-import { EVENT_STATUSES as STORE_EVENT_STATUSES, type EffectRow, type EventStatus as StoreEventStatus, type StoreStats } from '../src/store/ops-types.js';
+import type { EffectRow, EventSummary, StoreStats } from '../src/store/ops-types.js';
 import {
   ATTEMPT_OUTCOMES,
   CATCH_UP_OUTCOMES,
   CATCH_UP_RESULTS,
   DELIVERY_OUTCOMES,
   EFFECT_STATUSES,
+  EVENT_ORIGINS,
   EVENT_STATUSES,
   SETTLE_STATUSES,
   type AttemptOutcomeName,
@@ -32,14 +33,13 @@ function checkedStatuses(sql: string, table: string): string[] {
 
 describe('one vocabulary (src/vocabulary.ts)', () => {
   it('is what the types of the store, the drain, ingest and the metrics use', () => {
-    expectTypeOf<StoreEventStatus>().toEqualTypeOf<EventStatus>();
+    expectTypeOf<EventSummary['status']>().toEqualTypeOf<EventStatus>();
     expectTypeOf<EffectRow['status']>().toEqualTypeOf<EffectStatus>();
     expectTypeOf<LedgerRow['status']>().toEqualTypeOf<EffectStatus>();
     expectTypeOf<keyof StoreStats['effectsByStatus']>().toEqualTypeOf<EffectStatus>();
     expectTypeOf<AttemptOutcome['outcome']>().toEqualTypeOf<AttemptOutcomeName>();
     expectTypeOf<EventOutcome['status']>().toEqualTypeOf<SettleStatus>();
     expectTypeOf<DeliveryOutcome['outcome']>().toEqualTypeOf<DeliveryOutcomeName>();
-    expect([...STORE_EVENT_STATUSES]).toEqual([...EVENT_STATUSES]);
   });
 
   it('names every series /metrics starts at 0', async () => {
@@ -59,6 +59,10 @@ describe('one vocabulary (src/vocabulary.ts)', () => {
       expect(checkedStatuses(sql, 'events')).toEqual([...EVENT_STATUSES]);
       expect(checkedStatuses(sql, 'effects')).toEqual([...EFFECT_STATUSES]);
     }
+    // The origin's CHECK is widened by the migrations: the last one written is the one in force.
+    const origins = (sql: string) => [...[...sql.matchAll(/CHECK \(origin IN \(([^)]*)\)\)/gi)].at(-1)![1]!.matchAll(/'([^']*)'/g)].map((x) => x[1]!);
+    expect(origins(sqlite)).toEqual([...EVENT_ORIGINS]);
+    expect(origins(postgres)).toEqual([...EVENT_ORIGINS]);
   });
 });
 

@@ -1,9 +1,12 @@
 import { InvalidArgumentError, type Command } from 'commander';
+import { deliveryIdForms, NEAR_MATCHES, nearMatchText } from '../delivery-ids.js';
 import { ReceiverError } from '../errors.js';
+import { attemptsText, prettyBody, replayMark } from '../event-text.js';
 import { detailJson, summaryJson } from '../json/events.js';
 import type { EventDetail, EventSummary } from '../store/ops-types.js';
+import type { Store } from '../store/types.js';
 import { parseTime } from '../time.js';
-import { EVENT_STATUSES, isOneOf, type EventStatus } from '../vocabulary.js';
+import { EVENT_ORIGINS, EVENT_STATUSES, isOneOf, type EventOrigin, type EventStatus } from '../vocabulary.js';
 import { addCommonOptions, configFrom, openStoreFor, positiveInt, printable, printJson, type CommonOptions } from './common.js';
 import type { CliIo } from './io.js';
 
@@ -16,6 +19,8 @@ export const LIST_WIDTH = 100;
 interface ListOptions extends CommonOptions {
   status?: EventStatus;
   source?: string;
+  delivery?: string;
+  origin?: EventOrigin;
   type?: string;
   since?: number;
   until?: number;
@@ -32,6 +37,11 @@ interface ShowOptions extends CommonOptions {
 
 function statusFlag(value: string): EventStatus {
   if (!isOneOf(EVENT_STATUSES, value)) throw new InvalidArgumentError(`--status must be one of ${EVENT_STATUSES.join(', ')}, e.g. --status dead.`);
+  return value;
+}
+
+function originFlag(value: string): EventOrigin {
+  if (!isOneOf(EVENT_ORIGINS, value)) throw new InvalidArgumentError(`--origin must be one of ${EVENT_ORIGINS.join(', ')}, e.g. --origin test.`);
   return value;
 }
 
@@ -112,23 +122,21 @@ function inRelative(ms: number, now: number): string {
 /** `11-30 12:04:05` (UTC): the year and zone a terminal table can do without. */
 const shortTime = (ms: number) => new Date(ms).toISOString().slice(5, 19).replace('T', ' ');
 
-/** The table's columns that give way, by position. */
-const [SOURCE, DELIVERY, TYPE, LAST_ERROR] = [2, 3, 4, 8] as const;
+/** The table's columns that give way, by position; the last error is wrapped instead (withErrorsWrapped). */
+const [SOURCE, DELIVERY, TYPE, LAST_ERROR] = [2, 3, 4, 9] as const;
 
-/** Ids and types give way first, then the error down to a few words, then ids and types, then the rest of the error, then ids again. */
+/** Ids and types give way, down to a few characters each. */
 const LIST_STAGES = [
   [
     [DELIVERY, 12],
     [TYPE, 14],
     [SOURCE, 8],
   ],
-  [[LAST_ERROR, 24]],
   [
     [DELIVERY, 10],
     [TYPE, 10],
     [SOURCE, 6],
   ],
-  [[LAST_ERROR, 8]],
   [
     [DELIVERY, 6],
     [TYPE, 6],
@@ -142,6 +150,8 @@ export function registerEvents(program: Command, io: CliIo): void {
     .description('stored events, newest first')
     .option('--status <status>', `only events with this status (${EVENT_STATUSES.join(', ')})`, statusFlag)
     .option('--source <source>', 'only events from this source')
+    .option('--delivery <id>', "the event with this delivery id, as the sender shows it (GitHub's GUID alone too); with --source, in that source")
+    .option('--origin <origin>', `only events that came in this way (${EVENT_ORIGINS.join(', ')})`, originFlag)
     .option('--type <type>', 'only events of this type: exact, or a pattern when it has * (any characters) or ? (one), e.g. "invoice.*"')
     .option('--since <time>', 'received at or after: ISO 8601 (UTC without a zone) or an age (30m, 2h, 3d, 1w)', timeFlag('--since', io.now))
     .option('--until <time>', 'received before: ISO 8601 (UTC without a zone) or an age (30m, 2h, 3d, 1w)', timeFlag('--until', io.now))
@@ -173,6 +183,8 @@ export async function listEvents(options: ListOptions, io: CliIo): Promise<void>
   const query = {
     status: options.status,
     source: options.source,
+    origin: options.origin,
+    ...(options.delivery === undefined ? {} : { deliveryIdForms: deliveryIdForms(config.sources, options.delivery, options.source) }),
     ...(pattern ? { eventTypeGlob: options.type } : { eventType: options.type }),
     receivedFrom: options.since,
     receivedBefore: options.until,
@@ -182,12 +194,16 @@ export async function listEvents(options: ListOptions, io: CliIo): Promise<void>
   const store = await openStoreFor(config);
   let list: EventSummary[];
   let scanLimitReached = false;
+  let near: string | undefined;
   try {
     if (options.search === undefined) list = await store.listEvents(query);
     else ({ events: list, scanLimitReached } = await store.searchEvents({ ...query, bodyContains: options.search, scanLimit }));
+    if (list.length === 0 && options.delivery !== undefined) near = await nearMatches(store, options.delivery);
   } finally {
     await store.close();
   }
+  if (near !== undefined)
+    io.stderr.write(`Note: no event with delivery id "${p(options.delivery!)}"${options.source === undefined ? '' : ` in ${p(options.source)}`}; ${near}\n`);
   if (list.length === 0 && options.source !== undefined && !config.sources.has(options.source)) {
     // A misspelt source lists nothing, as a quiet source does: say which it is.
     const configured = [...config.sources.keys()].map(p).join(', ') || '(none)';
@@ -202,7 +218,7 @@ export async function listEvents(options: ListOptions, io: CliIo): Promise<void>
   if (list.length === 0) return void io.stdout.write('No events.\n');
   const wide = options.wide === true;
   const now = io.now();
-  const rows = [['ID', 'RECEIVED', 'SOURCE', 'DELIVERY ID', 'TYPE', 'STATUS', 'ATTEMPTS', 'NEXT', 'LAST ERROR']];
+  const rows = [['ID', 'RECEIVED', 'SOURCE', 'DELIVERY ID', 'TYPE', 'STATUS', 'ORIGIN', 'ATTEMPTS', 'NEXT', 'LAST ERROR']];
   for (const e of list) {
     rows.push([
       String(e.id),
@@ -211,12 +227,61 @@ export async function listEvents(options: ListOptions, io: CliIo): Promise<void>
       p(e.deliveryId),
       p(e.eventType),
       e.status,
+      e.origin,
       String(e.attempts),
       e.status === 'pending' ? inRelative(e.nextAttemptAt, now) : '',
       oneLine(e.lastError, Number.MAX_SAFE_INTEGER),
     ]);
   }
-  io.stdout.write(`${table(wide ? rows : fitTable(rows, LIST_STAGES, LIST_WIDTH))}\n`);
+  if (wide) return void io.stdout.write(`${table(rows)}\n`);
+  io.stdout.write(`${withErrorsWrapped(rows, (cells) => table(fitTable(cells, LIST_STAGES, LIST_WIDTH)), LIST_WIDTH).join('\n')}\n`);
+}
+
+/** "near matches: ..." (in any source: the source may be the mistake) or "none near it", for a delivery id nothing was found for. */
+export async function nearMatches(store: Pick<Store, 'nearDeliveryIds'>, given: string): Promise<string> {
+  const near = await store.nearDeliveryIds(given, NEAR_MATCHES);
+  if (near.length === 0) return `no stored delivery id near it among the ${NEAR_MATCHES.scanLimit} newest events`;
+  return `near matches: ${near.map((m) => p(nearMatchText(m))).join(', ')}`;
+}
+
+/** Where a wrapped last error starts on its own lines. */
+const ERROR_INDENT = 4;
+/** Lines a last error takes at most in the list; `events show` has it whole. */
+const ERROR_LINES = 8;
+
+/**
+ * The table, each last error whole: on its row when it fits there, else on the lines
+ * below, indented, wrapped between words (a path or URL is never cut: a word longer than a
+ * line has a line of its own). Past ERROR_LINES lines it ends at a word with `…`.
+ */
+function withErrorsWrapped(rows: string[][], render: (rows: string[][]) => string, width: number): string[] {
+  const errors = rows.map((r) => r[LAST_ERROR]!);
+  const lines = render(rows.map((r, i) => (i === 0 ? r : [...r.slice(0, LAST_ERROR), '']))).split('\n');
+  const column = lines[0]!.indexOf('LAST ERROR');
+  const out: string[] = [];
+  for (const [i, line] of lines.entries()) {
+    const error = errors[i]!;
+    if (i === 0 || error === '') out.push(line);
+    else if (column + error.length <= width) out.push(`${line.padEnd(column)}${error}`);
+    else out.push(line, ...wrapWords(error, width - ERROR_INDENT, ERROR_LINES).map((l) => `${' '.repeat(ERROR_INDENT)}${l}`));
+  }
+  return out;
+}
+
+/** Text in lines of at most `width` characters, broken between words; a longer word alone on its line. */
+function wrapWords(text: string, width: number, maxLines: number): string[] {
+  const lines: string[] = [];
+  let line = '';
+  const words = text.split(' ');
+  for (const [i, word] of words.entries()) {
+    if (line !== '' && line.length + 1 + word.length > width) {
+      if (lines.length === maxLines - 1) return [...lines, `${line} …`];
+      lines.push(line);
+      line = word;
+    } else line = line === '' ? word : `${line} ${word}`;
+    if (i === words.length - 1) lines.push(line);
+  }
+  return lines;
 }
 
 /** `receiver events show <id>`: one event with its headers, body, attempts, effects and conflicts. */
@@ -237,7 +302,7 @@ export async function showEvent(idText: string, options: ShowOptions, io: CliIo)
       hint: 'list recent events with `receiver events list`',
     });
   }
-  const json = detailJson(event);
+  const json = detailJson(event, config.sources);
   if (options.json === true) return printJson(io.stdout, json);
   io.stdout.write(describeEvent(json));
 }
@@ -250,52 +315,6 @@ function routesSection(e: ReturnType<typeof detailJson>): string[] {
   if (e.routeDecisions === null) return unrouted ? [head] : [];
   return [head, ...e.routeDecisions.map((d) => `    ${printable(d)}`)];
 }
-
-const JSON_WS = new Set([' ', '\t', '\n', '\r']);
-
-/**
- * JSON text indented by 2, or undefined when it is not JSON. Only the whitespace between
- * tokens changes: numbers keep every digit, keys their order and repeats (a parse and
- * stringify would round 12345678901234567890 and drop a repeated key).
- */
-export function indentJson(text: string): string | undefined {
-  try {
-    JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  let out = '';
-  let depth = 0;
-  const newline = () => `\n${'  '.repeat(depth)}`;
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i]!;
-    if (c === '"') {
-      let j = i + 1;
-      while (text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
-      out += text.slice(i, j + 1);
-      i = j;
-    } else if (c === '{' || c === '[') {
-      let j = i + 1;
-      while (JSON_WS.has(text[j]!)) j++;
-      if (text[j] === '}' || text[j] === ']') {
-        out += c + text[j]!;
-        i = j;
-      } else {
-        depth += 1;
-        out += c + newline();
-      }
-    } else if (c === '}' || c === ']') {
-      depth -= 1;
-      out += newline() + c;
-    } else if (c === ',') out += `,${newline()}`;
-    else if (c === ':') out += ': ';
-    else if (!JSON_WS.has(c)) out += c;
-  }
-  return out;
-}
-
-/** A content-type that says JSON: application/json, application/vnd.api+json, text/json. */
-const isJsonType = (headers: Record<string, string> | null) => /json/i.test(headers?.['content-type'] ?? '');
 
 /** What a conflict's body shows at most; --json has all of it. */
 const CONFLICT_BODY_LINES = 40;
@@ -324,20 +343,20 @@ function bodyLines(b: { headers: Record<string, string> | null; body: string | n
 } {
   if (b.body === null) return { lines: ['(dropped by purge --bodies-days)'], indented: false };
   if (b.bodyEncoding === 'base64') return { lines: [`(not UTF-8; base64) ${b.body}`], indented: false };
-  const indented = isJsonType(b.headers) ? indentJson(b.body) : undefined;
+  const indented = prettyBody(b);
   return { lines: printable(indented ?? b.body, { keepLines: true }).split('\n'), indented: indented !== undefined };
 }
-
-const replays = (e: ReturnType<typeof detailJson>) => e.attemptLog.at(-1)?.replay ?? 0;
 
 function describeEvent(e: ReturnType<typeof detailJson>): string {
   // Every value a sender chose (ids, type, headers, body, effect keys, errors and output
   // quoting them) goes through printable(): text output is read in a terminal.
   const out: string[] = [
     `event ${e.id}: ${p(e.source)} / ${p(e.deliveryId)} (${p(e.eventType)})`,
+    ...(e.senderDeliveryId === e.deliveryId ? [] : [`  sender id:  ${p(e.senderDeliveryId)} (as the sender shows it)`]),
+    `  origin:     ${e.origin}`,
     `  status:     ${e.status}${e.status === 'processing' ? ` (lease ${p(e.leaseOwner ?? '?')} until ${e.leaseExpiresAt ?? '?'})` : ''}${e.forceEffects ? ' [replayed with --force]' : ''}`,
     `  received:   ${e.receivedAt}${e.duplicates > 0 ? `, ${e.duplicates} duplicate(s) since` : ''}`,
-    `  attempts:   ${e.attempts}${replays(e) > 0 ? ` since the last replay (${e.attemptLog.at(-1)!.number} in all, ${replays(e)} replay(s))` : ''}${e.status === 'pending' ? `, next at ${e.nextAttemptAt}` : ''}${e.finishedAt === null ? '' : `, finished ${e.finishedAt}`}`,
+    `  attempts:   ${attemptsText(e.attempts, e.attemptLog)}${e.status === 'pending' ? `, next at ${e.nextAttemptAt}` : ''}${e.finishedAt === null ? '' : `, finished ${e.finishedAt}`}`,
   ];
   if (e.lastError !== null) out.push(`  last error: ${oneLine(e.lastError, 200)}`);
   out.push(...routesSection(e));
@@ -351,7 +370,8 @@ function describeEvent(e: ReturnType<typeof detailJson>): string {
   if (e.attemptLog.length === 0) out.push('  (none yet)');
   for (const [i, a] of e.attemptLog.entries()) {
     // The stored attempt number is the retry counter, which a replay resets: #n counts on.
-    if (a.replay > (e.attemptLog[i - 1]?.replay ?? 0)) out.push(`  -- replay: the retry counter started again here (attempt ${a.attempt}); #n counts on --`);
+    const mark = replayMark(e.attemptLog, i);
+    if (mark !== undefined) out.push(`  -- ${mark} --`);
     out.push(
       // The run key only where it is not the effect key itself (a forced run's own key).
       `  #${a.number} ${a.startedAt} ${p(a.route)} ${p(a.effectKey)} ${a.outcome}${a.forced ? ' (forced)' : ''}${a.runKey === null || a.runKey === a.effectKey ? '' : ` [run key ${p(a.runKey)}]`}${a.error === null ? '' : `: ${oneLine(a.error, 120)}`}`,

@@ -2,7 +2,11 @@ import type { Command } from 'commander';
 import { ReceiverError } from '../errors.js';
 import { replayJson } from '../json/replay.js';
 import type { ReplayRefusal, ReplayResult } from '../store/ops-types.js';
+import type { Config } from '../config/load.js';
+import { deliveryIdForms, nearMatchText } from '../delivery-ids.js';
+import type { Store } from '../store/types.js';
 import { addCommonOptions, configFrom, openStoreFor, printable, printJson, type CommonOptions } from './common.js';
+import { nearMatches } from './events.js';
 import type { CliIo } from './io.js';
 
 interface ReplayOptions extends CommonOptions {
@@ -17,7 +21,7 @@ export function registerReplay(program: Command, io: CliIo): void {
   addCommonOptions(program.command('replay').argument('[id...]', 'event ids (the "id" of the 202 answer, or from `receiver events list`)'))
     .description('put events back to pending for the running server to drain within seconds; effects already done stay skipped unless --force')
     .option('--source <source>', 'with --delivery: the event with this source and delivery id')
-    .option('--delivery <delivery-id>', "with --source: the sender's delivery id")
+    .option('--delivery <delivery-id>', "with --source: the delivery id as the sender shows it (GitHub's GUID alone too)")
     .option('--dead', 'replay every dead event')
     .option('--force', 're-run effects whose key is already done (e.g. re-send a licence email); recorded as forced')
     .option('--json', 'print one JSON document')
@@ -57,6 +61,21 @@ function targetOf(ids: string[], options: ReplayOptions): Target {
   };
 }
 
+/** The one event with this delivery id (any stored form of it, see src/delivery-ids.ts) in `source`. */
+async function eventOfDelivery(store: Store, config: Config, source: string, given: string): Promise<number> {
+  const found = await store.listEvents({ source, deliveryIdForms: deliveryIdForms(config.sources, given, source), limit: 10 });
+  if (found.length === 1) return found[0]!.id;
+  const what = `source "${printable(source)}" with delivery id "${printable(given)}"`;
+  if (found.length > 1) {
+    throw new ReceiverError('usage', `${found.length} events from ${what}: ${found.map((e) => printable(nearMatchText({ ...e }))).join(', ')}`, {
+      hint: `give the whole delivery id, or the event id: receiver replay ${found[0]!.id}`,
+    });
+  }
+  throw new ReceiverError('not_found', `no event from ${what} (never received, or purged); ${await nearMatches(store, given)}`, {
+    hint: `check the names with \`receiver events list --source ${source}\``,
+  });
+}
+
 function explain(r: ReplayRefusal): string {
   switch (r.reason) {
     case 'not_found':
@@ -79,13 +98,7 @@ export async function replay(ids: string[], options: ReplayOptions, io: CliIo): 
     if ('dead' in target) {
       result = await store.replayDead({ force, now });
     } else if ('source' in target) {
-      const id = await store.findEventId(target.source, target.deliveryId);
-      if (id === undefined) {
-        throw new ReceiverError('not_found', `no event from source "${target.source}" with delivery id "${target.deliveryId}" (never received, or purged)`, {
-          hint: 'check the names with `receiver events list --source ' + target.source + '`',
-        });
-      }
-      result = await store.replayEvents([id], { force, now });
+      result = await store.replayEvents([await eventOfDelivery(store, config, target.source, target.deliveryId)], { force, now });
     } else {
       result = await store.replayEvents(target.ids, { force, now });
     }

@@ -1,6 +1,9 @@
 import { readFileSync } from 'node:fs';
+import { request as httpRequest, type IncomingMessage } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import type { Command } from 'commander';
 import { ReceiverError } from '../errors.js';
+import { TEST_MARK_HEADER, testMark } from '../providers/test-mark.js';
 import type { ResolvedSource } from '../providers/types.js';
 import { addCommonOptions, configFrom, printable, type CommonOptions } from './common.js';
 import { ExitCode, type CliIo } from './io.js';
@@ -9,10 +12,14 @@ interface SendTestOptions extends CommonOptions {
   url?: string;
   type?: string;
   body?: string;
+  contentType?: string;
+  runEffects?: boolean;
 }
 
-/** How long send-test waits for the server's answer. */
+/** How long send-test waits for the server's whole answer. */
 const ANSWER_TIMEOUT_MS = 10_000;
+/** What send-test keeps of the answer's body to print. */
+const ANSWER_MAX_BYTES = 64 * 1024;
 
 export function registerSendTest(program: Command, io: CliIo): void {
   addCommonOptions(program.command('send-test').argument('<source>', 'a configured source name'))
@@ -20,6 +27,11 @@ export function registerSendTest(program: Command, io: CliIo): void {
     .option('--url <url>', 'server base URL (default http://<host>:<port> from the configuration)')
     .option('--type <type>', 'the event type the delivery names (where the provider carries it: a body field or a header)')
     .option('--body <file>', "send this file's bytes as the body, signed as the sender signs ('-': standard input)")
+    .option(
+      '--content-type <type>',
+      "the Content-Type to send (default: what the sender sends; with --body, application/json for JSON, a form's or text's type, else application/octet-stream)",
+    )
+    .option('--run-effects', "let the receiver run the delivery's routes (without it, a test delivery is stored with its routes skipped)")
     .action((name: string, options: SendTestOptions) => sendTest(name, options, io));
 }
 
@@ -33,37 +45,64 @@ export async function sendTest(name: string, options: SendTestOptions, io: CliIo
   const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
   const base = options.url ?? `http://${host.includes(':') ? `[${host}]` : host}:${config.port}`;
   const url = `${base.replace(/\/$/, '')}/webhooks/${encodeURIComponent(name)}`;
+  let target: URL;
+  try {
+    target = new URL(url);
+  } catch {
+    throw new ReceiverError('usage', `--url ${printable(base)} is not a URL`, { hint: 'e.g. --url http://127.0.0.1:8080' });
+  }
+  if (target.protocol !== 'http:' && target.protocol !== 'https:') {
+    throw new ReceiverError('usage', `--url ${printable(base)} is not an http:// or https:// URL`, { hint: 'e.g. --url http://127.0.0.1:8080' });
+  }
   const now = io.now();
   const given = options.body === undefined ? undefined : await readBody(options.body, io);
-  const { body, headers } = testDelivery(source, { type: options.type, body: given, file: options.body }, now, url);
-  // A timer that keeps the process alive: when a server drops the connection without an
-  // answer, Node's fetch can leave its promise pending with nothing else to wait for, and
-  // the process would exit 0 having printed nothing.
-  const abort = new AbortController();
-  const timer = setTimeout(() => abort.abort(new Error(`no answer within ${ANSWER_TIMEOUT_MS / 1000} s`)), ANSWER_TIMEOUT_MS);
-  let response: Response;
-  let text: string;
+  const { body, headers } = testDelivery(
+    source,
+    { type: options.type, body: given, file: options.body, contentType: options.contentType, runEffects: options.runEffects === true },
+    now,
+    url,
+  );
+  let answer: { status: number; text: string };
   try {
-    response = await fetch(url, {
-      method: 'POST',
-      headers,
-      body: new Uint8Array(body),
-      signal: abort.signal,
-    });
-    text = await response.text();
+    answer = await postOnce(target, headers, body, ANSWER_TIMEOUT_MS);
   } catch (e) {
-    throw new ReceiverError(
-      'runtime',
-      `cannot reach ${url}: ${(e as Error).cause instanceof Error ? ((e as Error).cause as Error).message : (e as Error).message}`,
-      {
-        hint: 'start the server with `receiver serve` (or pass --url)',
-      },
-    );
-  } finally {
-    clearTimeout(timer);
+    throw new ReceiverError('runtime', `cannot reach ${url}: ${(e as Error).message}`, {
+      hint: 'start the server with `receiver serve` (or pass --url)',
+    });
   }
-  io.stdout.write(`POST ${url} -> ${response.status} ${text}\n`);
-  if (response.status >= 300) throw new ExitCode(1);
+  io.stdout.write(`POST ${url} -> ${answer.status} ${answer.text}\n`);
+  if (answer.status >= 300) throw new ExitCode(1);
+}
+
+/**
+ * One POST with node:http, answered or failed within `timeoutMs`. Not fetch: when a server
+ * closes the connection without an answer, undici's promise may never settle, and only the
+ * timeout would end the wait; node:http reports "socket hang up" at once.
+ */
+function postOnce(url: URL, headers: Record<string, string>, body: Buffer, timeoutMs: number): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
+    const req = send(url, { method: 'POST', headers: { ...headers, 'content-length': String(body.length) } }, (res: IncomingMessage) => {
+      const chunks: Buffer[] = [];
+      let kept = 0;
+      res.on('data', (chunk: Buffer) => {
+        if (kept < ANSWER_MAX_BYTES) chunks.push(chunk.subarray(0, ANSWER_MAX_BYTES - kept));
+        kept += chunk.length;
+      });
+      res.on('end', () => {
+        clearTimeout(timer);
+        resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') });
+      });
+      res.on('error', fail);
+    });
+    const timer = setTimeout(() => req.destroy(new Error(`no answer within ${timeoutMs / 1000} s`)), timeoutMs);
+    function fail(e: Error) {
+      clearTimeout(timer);
+      reject(e);
+    }
+    req.on('error', fail);
+    req.end(body);
+  });
 }
 
 /**
@@ -72,7 +111,13 @@ export async function sendTest(name: string, options: SendTestOptions, io: CliIo
  */
 export function testDelivery(
   source: ResolvedSource,
-  given: { type?: string | undefined; body?: Buffer | undefined; file?: string | undefined },
+  given: {
+    type?: string | undefined;
+    body?: Buffer | undefined;
+    file?: string | undefined;
+    contentType?: string | undefined;
+    runEffects?: boolean | undefined;
+  },
   now: number,
   url: string,
 ): { body: Buffer; headers: Record<string, string> } {
@@ -83,9 +128,32 @@ export function testDelivery(
   // A type header is not signed by any sender: it is set after signing.
   if (place?.header !== undefined) signed.headers[place.header] = given.type!;
   const body = signed.body ?? unsigned;
-  const headers: Record<string, string> = { 'content-type': 'application/json', ...signed.headers };
+  const headers: Record<string, string> = { 'content-type': given.body === undefined ? 'application/json' : contentTypeOf(body), ...signed.headers };
+  if (given.contentType !== undefined) headers['content-type'] = given.contentType;
+  // Marked as a test over the bytes sent, with the same secret (see src/providers/test-mark.ts).
+  headers[TEST_MARK_HEADER] = testMark(source.name, given.runEffects === true ? 'run-effects' : 'skip-effects', body, secret);
   if (given.type !== undefined) checkType(source, given.type, { raw: body, headers, url, now }, given.file);
   return { body, headers };
+}
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** What a --body file is, by its bytes: JSON, a form, text, or bytes. */
+function contentTypeOf(body: Buffer): string {
+  let text: string;
+  try {
+    text = strictUtf8.decode(body);
+  } catch {
+    return 'application/octet-stream';
+  }
+  try {
+    JSON.parse(text);
+    return 'application/json';
+  } catch {
+    // not JSON
+  }
+  if (/^[\w.~%+*-]+=[^&\s]*(&[\w.~%+*-]+=[^&\s]*)*$/.test(text.trim())) return 'application/x-www-form-urlencoded';
+  return 'text/plain; charset=utf-8';
 }
 
 /** The file's bytes (or standard input's for `-`), exactly. */

@@ -22,7 +22,7 @@ export interface HttpRequest {
  * The Idempotency-Key (and, when signed, the webhook-id) sent with a run: a hash of its run
  * key, so it is a valid header value whatever the business key holds. An ordinary run's
  * run key is its effect key, the same on every retry and after a crash, which lets the app
- * drop the repeat; a forced run has a run key of its own (see planRun in src/store/drain-steps.ts), so
+ * drop the repeat; a forced run has a run key of its own (see planRun in src/store/drain/ledger.ts), so
  * the app does it again.
  */
 export function idempotencyKey(runKey: string): string {

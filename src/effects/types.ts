@@ -1,3 +1,5 @@
+import type { ClaimedEvent } from '../store/drain-types.js';
+
 /**
  * Glossary (effects)
  * - effect: what one route does for one event: `exec`, `http` or `module`.
@@ -25,15 +27,7 @@ export type EffectResult =
     };
 
 /** The part of a claimed event an effect sees. */
-export interface EffectEvent {
-  id: number;
-  source: string;
-  deliveryId: string;
-  eventType: string;
-  headers: Record<string, string>;
-  body: Buffer;
-  receivedAt: number;
-}
+export type EffectEvent = Pick<ClaimedEvent, 'id' | 'source' | 'deliveryId' | 'eventType' | 'headers' | 'body' | 'receivedAt'>;
 
 /** Keep the last `max` bytes of a stream's output. */
 export class OutputTail {

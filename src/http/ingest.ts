@@ -8,6 +8,7 @@ import { SENSITIVE_HEADERS } from '../providers/registry.js';
 import type { RouteConfig } from '../config/schema.js';
 import { whyNoRouteApplies } from '../effects/routes.js';
 import type { DeliveryOutcomeName } from '../vocabulary.js';
+import { readTestMark, TEST_SKIPPED } from '../providers/test-mark.js';
 
 const SENSITIVE_HEADER_SET = new Set(SENSITIVE_HEADERS);
 
@@ -102,10 +103,16 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
       }
       const identity = source.provider.identify(delivery, source);
       deliveryId = identity.deliveryId;
+      // A send-test delivery: its mark is verified like the signature (a bad one is 401).
+      const test = readTestMark(delivery, source);
       const headers = redactHeaders(delivery.headers, source);
       // Why no route applies, for an event stored done at once (undefined: the drain will see it).
       const unrouted =
-        routes === undefined ? undefined : whyNoRouteApplies(routes, { source: name, eventType: identity.eventType, headers, body: delivery.raw });
+        test === 'skip-effects'
+          ? TEST_SKIPPED
+          : routes === undefined
+            ? undefined
+            : whyNoRouteApplies(routes, { source: name, eventType: identity.eventType, headers, body: delivery.raw });
       stored = onStoring?.();
       const result = await store.ingest({
         source: name,
@@ -119,6 +126,7 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
         receivedAt: delivery.now,
         successStatus: source.successStatus,
         onConflict: source.options.onConflict,
+        origin: test === undefined ? undefined : 'test',
       });
       report({ outcome: result.outcome, status: result.status, eventId: result.eventId, deliveryId, eventType: identity.eventType });
       if (result.outcome === 'accepted' && unrouted === undefined) onAccepted?.(result);

@@ -1,3 +1,5 @@
+import { senderDeliveryId } from '../delivery-ids.js';
+import type { ResolvedSource } from '../providers/types.js';
 import type { AttemptRow, EventDetail, EventSummary } from '../store/ops-types.js';
 import type { AttemptRowOutcome } from '../vocabulary.js';
 
@@ -23,6 +25,7 @@ export function summaryJson(e: EventSummary) {
     lastError: e.lastError,
     duplicates: e.duplicates,
     forceEffects: e.forceEffects,
+    origin: e.origin,
   };
 }
 
@@ -62,13 +65,15 @@ function numberAttempts(rows: readonly AttemptRow[]): { number: number; replay: 
   });
 }
 
-/** The JSON document of `events show --json`. */
-export function detailJson(e: EventDetail) {
+/** The JSON document of `events show --json`; `sources`, the configured ones, give the delivery id as the sender shows it. */
+export function detailJson(e: EventDetail, sources: ReadonlyMap<string, ResolvedSource> = new Map()) {
   const numbers = numberAttempts(e.attemptRows);
   // Outcomes that ran the effect: skipped, stale and busy ran nothing.
   const runsOf = (effectKey: string, outcome: AttemptRowOutcome) => e.attemptRows.filter((a) => a.effectKey === effectKey && a.outcome === outcome).length;
   return {
     ...summaryJson(e),
+    // The id as the sender's pages show it (GitHub's GUID without our hook id); else deliveryId.
+    senderDeliveryId: senderDeliveryId(sources, e.source, e.deliveryId),
     leaseOwner: e.leaseOwner,
     leaseExpiresAt: iso(e.leaseExpiresAt),
     responseStatus: e.responseStatus,

@@ -7,6 +7,8 @@ import { anyMatches, decodeSignature, header, hmac, requireHeader } from './util
  * `X-Hub-Signature-256: sha256=<hex>` over the body. The delivery GUID is scoped by the
  * hook id: one GUID reaches every hook of an event, and each is its own delivery.
  */
+const GUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
 export const github: Provider = {
   name: 'github',
   signatureHeaders: ['x-hub-signature-256', 'x-hub-signature'],
@@ -55,4 +57,11 @@ export const github: Provider = {
   },
 
   eventTypeAt: () => ({ header: 'x-github-event' }),
+
+  // GitHub's pages show the GUID alone; it is stored as `<hook id>:<GUID>`. Only a GUID is
+  // looked for so: any other id (a Stripe evt_...) costs no walk through this source's ids.
+  senderIds: {
+    shown: (stored) => stored.replace(/^\d+:/, ''),
+    storedForms: (shown) => (GUID.test(shown) ? [{ suffix: `:${shown}` }] : []),
+  },
 };

@@ -137,4 +137,15 @@ export const mailgun: Provider = {
   },
 
   eventTypeAt: () => ({ body: ['event-data', 'event'] }),
+
+  // A forwarded message is stored as `message:<its Message-Id>`; Mailgun's logs show the
+  // Message-Id, with or without its angle brackets.
+  senderIds: {
+    shown: (stored) => (stored.startsWith('message:') ? stored.slice('message:'.length) : stored),
+    storedForms: (shown) => {
+      if (shown.startsWith('message:') || shown.startsWith('sha256:')) return [];
+      const bare = /^<(.*)>$/.exec(shown)?.[1] ?? shown;
+      return [{ exact: `message:${bare}` }, { exact: `message:<${bare}>` }];
+    },
+  },
 };

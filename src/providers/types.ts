@@ -86,8 +86,21 @@ export interface EventTypePlace {
   body?: readonly string[];
 }
 
+/** A stored form of a delivery id as its sender shows it: that id with our prefix, or any id ending in `suffix`. */
+export type StoredIdForm = { exact: string } | { suffix: string };
+
 export interface Provider {
   readonly name: string;
+  /**
+   * For a sender whose stored delivery id adds to the id it shows (GitHub's hook id,
+   * Mailgun's `message:`): `shown` is the sender's id in a stored one; `storedForms`, the
+   * stored forms an id the sender shows may have (besides that id itself). Absent: the
+   * stored id is the sender's.
+   */
+  readonly senderIds?: {
+    shown(stored: string): string;
+    storedForms(shown: string): StoredIdForm[];
+  };
   /**
    * Headers (lower-cased) that carry this sender's signature or secret: never stored,
    * logged or shown (the redaction list is built from every provider's, in registry.ts).

@@ -1,11 +1,19 @@
-import { toCatchUpState, type CatchUpRunRecord, type CatchUpState, type CatchUpStateRow, type CatchUpStore } from './catch-up-types.js';
-import type { StepRunner } from './ops-steps.js';
+import {
+  toCatchUpState,
+  type CatchUpRunRecord,
+  type CatchUpState,
+  type CatchUpStateRow,
+  type CatchUpStore,
+  type FetchedEvent,
+  type StoreFetchedResult,
+} from './catch-up-types.js';
+import { findEventId, type StepRunner } from './ops-steps.js';
+import { acceptedAnswer } from './types.js';
 import { changes, first, memo, rows, sqlText, type Dialect, type Steps } from './sql.js';
 
 /**
- * Catch-up's reads and writes written once for both stores (see sql.ts and
- * catch-up-types.ts). Storing a fetched event is each store's own (its catch-up.ts), as
- * ingest is: SQLite reads the new row's id after the insert, PostgreSQL draws it first.
+ * Catch-up's reads and writes, written once for both stores (see sql.ts and
+ * catch-up-types.ts).
  */
 
 const STATE_COLUMNS = 'source, configured_at, resume_at, resume_cursor, last_run_at, last_ok_at, last_error, last_counts';
@@ -16,6 +24,16 @@ const statements = memo((d: Dialect) => {
     storedDeliveryIds: text((p) => `SELECT delivery_id FROM events WHERE source = ${p()} AND delivery_id IN (${d.textList(p())})`),
     state: text((p) => `SELECT ${STATE_COLUMNS} FROM catch_up WHERE source = ${p()}`),
     states: `SELECT ${STATE_COLUMNS} FROM catch_up ORDER BY source`,
+    // Insert-first on UNIQUE(source, delivery_id), as ingest: a webhook of the same event
+    // committed first wins, and this changes nothing.
+    insertFetched: text(
+      (p) => `INSERT INTO events
+        (source, delivery_id, event_type, status, received_at, headers, body, body_sha256, response_status, next_attempt_at, finished_at, origin, route_decisions)
+        VALUES (${p()}, ${p()}, ${p()}, ${p()}, ${p()}, '{"content-type": "application/json"}', ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, 'catch-up', ${p()})
+        ON CONFLICT (source, delivery_id) DO NOTHING RETURNING id`,
+    ),
+    // The answer a later signed delivery of this event (a duplicate) is given.
+    answer: text((p) => `UPDATE events SET response_body = ${p()} WHERE id = ${p()}`),
     begin: text((p) => `INSERT INTO catch_up (source, configured_at) VALUES (${p()}, ${p()}) ON CONFLICT (source) DO NOTHING`),
     // Parameters: at, error, counts, error, at, resumeAt, 1 if partial is given, partial, source.
     // The CAST: PostgreSQL cannot tell the type of a parameter that is only tested for NULL.
@@ -64,11 +82,30 @@ export function* recordCatchUp(d: Dialect, source: string, run: CatchUpRunRecord
   ]);
 }
 
-/** Catch-up's operations both stores run alike: all but storeFetched. */
-export type SharedCatchUp = Omit<CatchUpStore, 'storeFetched'>;
+/** Stores an event fetched from the sender's API, unless its delivery id is stored already. */
+export function* storeFetched(d: Dialect, e: FetchedEvent): Steps<StoreFetchedResult> {
+  const done = e.unrouted !== undefined;
+  const inserted = yield* first<{ id: number }>(statements(d).insertFetched, [
+    e.source,
+    e.deliveryId,
+    e.eventType,
+    done ? 'done' : 'pending',
+    e.receivedAt,
+    e.body,
+    e.bodySha256,
+    e.successStatus,
+    e.receivedAt,
+    done ? e.receivedAt : null,
+    e.unrouted ?? null,
+  ]);
+  if (inserted === undefined) return { stored: false, eventId: (yield* findEventId(d, e.source, e.deliveryId))! };
+  yield* changes(statements(d).answer, [acceptedAnswer(inserted.id), inserted.id]);
+  return { stored: true, eventId: inserted.id };
+}
 
-export function sharedCatchUp(d: Dialect, run: StepRunner): SharedCatchUp {
+export function catchUpOn(d: Dialect, run: StepRunner): CatchUpStore {
   return {
+    storeFetched: (event) => run.write('catch-up', () => storeFetched(d, event)),
     storedDeliveryIds: (source, deliveryIds) => run.alone('catch-up', storedDeliveryIds(d, source, deliveryIds)),
     catchUpState: (source) => run.alone('catch-up', catchUpState(d, source)),
     catchUpStates: () => run.alone('catch-up', catchUpStates(d)),

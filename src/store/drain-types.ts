@@ -1,24 +1,12 @@
+import type { EffectStatus } from '../vocabulary.js';
+
 /**
- * Drain operations on the store: claims under leases, event outcomes, and the effect
- * ledger. Backend-neutral: every method is async, and every time is milliseconds since
- * the epoch passed in by the caller (`now`), so tests move time without sleeping.
- *
- * Rules every backend keeps (the drain relies on them; see the glossary in types.ts):
- * - A claim takes the oldest due event in arrival (id) order: `pending` with
- *   `next_attempt_at <= now`, or `processing` whose lease expired (`lease_expires_at <= now`),
- *   which is how a crashed process's claims come back. Claiming sets `processing`, the
- *   lease owner and expiry, and increments `attempts`, atomically: two drains never hold
- *   one event at once.
- * - Every method taking a `Lease` applies only while the caller still holds it
- *   (`id = ? AND lease_owner = ? AND status = 'processing'`) and reports whether it did.
- *   A worker whose lease was taken over changes nothing about the event.
- * - The effect ledger has one row per effect key. Whether an effect runs is decided inside
- *   the same transaction that records it as running, by `decideEffect()` from
- *   ledger.ts, so every backend applies one rule.
- * - External effects (exec, http): `beginEffect` commits the running row and the attempt
- *   row BEFORE the effect acts; a crash mid-effect leaves them visible and causes at most
- *   one repeat (`runs` counts it). Transactional effects (module): `runTransactionalEffect`
- *   holds one transaction across the handler, so its writes and the ledger commit together.
+ * The drain's view of the store: claims under leases, the effect ledger, settles. Written
+ * once in ./drain/ over each database's backend (README.md says where each rule lives).
+ * Every time is milliseconds since the epoch passed in by the caller (`now`), so tests
+ * move time without sleeping. Every method taking a `Lease` applies only while the caller
+ * still holds it, and reports whether it did: a drain whose lease was taken over changes
+ * nothing about the event.
  */
 
 /** A claim on one event by one drain. `owner` is unique per claim. */
@@ -61,7 +49,7 @@ export interface EffectStart {
 
 /** The effect ledger row, as `decideEffect` reads it. */
 export interface LedgerRow {
-  status: 'running' | 'done' | 'failed';
+  status: EffectStatus;
   eventId: number | null;
   version: string | null;
   runs: number;
@@ -75,7 +63,7 @@ export interface LedgerRow {
 export type EffectDecision =
   /**
    * Recorded as running; act now. `wasDone` is set for a forced re-run of a done key.
-   * `runKey` is what the run is sent with (see planRun in drain-steps.ts).
+   * `runKey` is what the run is sent with (see planRun in drain/ledger.ts).
    */
   | { action: 'run'; attemptId: number; runs: number; wasDone: boolean; runKey: string }
   /** The key is already done (and the version, if any, is not newer). */
@@ -129,7 +117,7 @@ export interface EffectDb {
 
 /** What the store decided about a run it is about to make, for the handler. */
 export interface EffectRun {
-  /** The effect key for an ordinary run, `<effect key>#forced-<n>` for a forced one (see planRun in drain-steps.ts). */
+  /** The effect key for an ordinary run, `<effect key>#forced-<n>` for a forced one (see planRun in drain/ledger.ts). */
   runKey: string;
 }
 
@@ -151,9 +139,6 @@ export interface DrainStore {
    * file is not shared across machines), so a claim owner's process id can be checked.
    */
   readonly claimsAreLocal: boolean;
-
-  /** Claims the oldest due event for `owner` until `now + leaseMs`; undefined when nothing is due. */
-  claimEvent(owner: string, now: number, leaseMs: number): Promise<ClaimedEvent | undefined>;
 
   /**
    * Claims up to `limit` due events, oldest first, in one transaction, all for `owner`
@@ -187,9 +172,6 @@ export interface DrainStore {
 
   /** The earliest time something becomes due (a retry or an expiring lease); undefined when none. */
   nextDueAt(): Promise<number | undefined>;
-
-  /** Moves the lease forward to `now + leaseMs` before a long step; false when the lease is lost. */
-  renewLease(lease: Lease, now: number, leaseMs: number): Promise<boolean>;
 
   /**
    * Decides and records the start of an external effect in one committed transaction:

@@ -38,7 +38,7 @@ export class GroupCommit<I, O> {
   }
 
   /** Resolves when everything submitted so far has been committed or failed. */
-  async drain(): Promise<void> {
+  async settled(): Promise<void> {
     while (this.#inFlight.size > 0 || this.#queue.length > 0 || this.#scheduled) {
       await (this.#inFlight.size > 0 ? Promise.race(this.#inFlight) : new Promise((r) => setImmediate(r)));
     }

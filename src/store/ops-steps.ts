@@ -1,11 +1,11 @@
 import type {
   EffectRow,
   EventDetail,
-  EventStatus,
   EventSummary,
   HourlyDeliveries,
   LedgerPurgeBatchResult,
   ListEventsQuery,
+  NearDeliveryId,
   OpsStore,
   ReplayOptions,
   ReplayRefusal,
@@ -15,7 +15,7 @@ import type {
   SearchEventsResult,
   StoreStats,
 } from './ops-types.js';
-import { EVENT_STATUSES } from './ops-types.js';
+import { EVENT_STATUSES, type EventStatus } from '../vocabulary.js';
 import {
   ATTEMPT_COLUMNS,
   CONFLICT_COLUMNS,
@@ -94,6 +94,11 @@ const statements = memo((d: Dialect) => {
         SELECT f.effect_key FROM effects f WHERE f.effect_key IN (${d.textList(p())}) AND ${ledgerPurgeable(p)}${d.skipLocked})`,
     ),
     findEventId: text((p) => `SELECT id FROM events WHERE source = ${p()} AND delivery_id = ${p()}`),
+    // The admin pages' sessions: a login also forgets the expired ones.
+    forgetExpiredSessions: text((p) => `DELETE FROM admin_sessions WHERE expires_at <= ${p()}`),
+    startSession: text((p) => `INSERT INTO admin_sessions (id, expires_at) VALUES (${p()}, ${p()})`),
+    liveSession: text((p) => `SELECT 1 AS live FROM admin_sessions WHERE id = ${p()} AND expires_at > ${p()}`),
+    endSession: text((p) => `DELETE FROM admin_sessions WHERE id = ${p()}`),
     // Locked (where the dialect locks rows) until COMMIT, so a drain cannot claim or complete
     // one between the check and the reset.
     replayRows: text((p) => `SELECT ${REPLAY_COLUMNS} FROM events WHERE id IN (${d.idList(p())}) ORDER BY id${d.lockRows}`),
@@ -102,7 +107,7 @@ const statements = memo((d: Dialect) => {
     // last_error stays until the next attempt replaces it. A plain replay never clears a
     // pending force (the drain clears it when it completes the event). A forced one sets
     // force_effects to the id the replay's first attempt row will have at least: the drain
-    // tells this replay's forced runs from earlier ones by it (drain-steps forcedInThisReplay).
+    // tells this replay's forced runs from earlier ones by it (forcedInThisReplay in drain/ledger.ts).
     reset: text(
       (p) => `UPDATE events SET status = 'pending', next_attempt_at = ${p()}, attempts = 0,
         lease_owner = NULL, lease_expires_at = NULL, finished_at = NULL,
@@ -190,6 +195,42 @@ export function* findEventId(d: Dialect, source: string, deliveryId: string): St
   return (yield* first<{ id: number }>(statements(d).findEventId, [source, deliveryId]))?.id;
 }
 
+/** `text` as a LIKE pattern that matches it anywhere, with `\` as the escape character. */
+const containsPattern = (text: string) => `%${text.replace(/[\\%_]/g, '\\$&')}%`;
+/** Lower case for ASCII letters only, as SQLite's lower() does. */
+const asciiLower = (text: string) => text.replace(/[A-Z]/g, (c) => c.toLowerCase());
+/** A given id longer than this is also looked for by its first NEAR_PREFIX characters (a paste cut or mistyped at the end). */
+const NEAR_PREFIX = 8;
+
+/** Events whose delivery id contains `given` or its beginning, ignoring ASCII case, among the newest `scanLimit`. */
+export function* nearDeliveryIds(d: Dialect, given: string, o: { source?: string | undefined; limit: number; scanLimit: number }): Steps<NearDeliveryId[]> {
+  const { params, p } = parameters(d);
+  const text = asciiLower(given.trim());
+  const patterns = [text, ...(text.length > NEAR_PREFIX + 4 ? [text.slice(0, NEAR_PREFIX)] : [])].map(containsPattern);
+  // Newest ids first, walked by id (not through the source index, which would sort them all).
+  const recent = `SELECT id, source, delivery_id FROM events ${o.source === undefined ? '' : `WHERE ${d.unindexed('source')} = ${p(o.source)}`} ORDER BY id DESC LIMIT ${p(o.scanLimit)}`;
+  const like = patterns.map((pattern) => `lower(delivery_id) LIKE ${p(pattern)} ESCAPE '\\'`).join(' OR ');
+  const sql = `SELECT id, source, delivery_id FROM (${recent}) AS recent WHERE ${like} ORDER BY id DESC LIMIT ${p(o.limit)}`;
+  return (yield* rows<{ id: number; source: string; delivery_id: string }>(sql, params)).map((r) => ({
+    id: r.id,
+    source: r.source,
+    deliveryId: r.delivery_id,
+  }));
+}
+
+export function* startAdminSession(d: Dialect, id: string, expiresAt: number, now: number): Steps<void> {
+  yield* changes(statements(d).forgetExpiredSessions, [now]);
+  yield* changes(statements(d).startSession, [id, expiresAt]);
+}
+
+export function* isAdminSessionLive(d: Dialect, id: string, now: number): Steps<boolean> {
+  return (yield* first(statements(d).liveSession, [id, now])) !== undefined;
+}
+
+export function* endAdminSession(d: Dialect, id: string): Steps<void> {
+  yield* changes(statements(d).endSession, [id]);
+}
+
 interface ReplayDbRow {
   id: number;
   source: string;
@@ -264,12 +305,27 @@ function listFilters(d: Dialect, query: ListEventsQuery, p: (value: unknown) => 
       where.push(`source IN (SELECT source FROM sources WHERE source IS NOT NULL)`);
     }
   }
+  if (query.deliveryIdForms !== undefined) {
+    // One index probe per form, through (source, delivery_id); a suffix reads the source's
+    // stretch of that index, not its rows.
+    const forms = query.deliveryIdForms.map((f) => {
+      if ('suffix' in f) {
+        return `SELECT id FROM events WHERE source = ${p(f.source)} AND length(delivery_id) > ${p(f.suffix.length)}
+          AND substr(delivery_id, length(delivery_id) - ${p(f.suffix.length - 1)}) = ${p(f.suffix)}`;
+      }
+      if (f.source !== undefined) return `SELECT id FROM events WHERE source = ${p(f.source)} AND delivery_id = ${p(f.exact)}`;
+      prefix = SOURCES;
+      return `SELECT id FROM events WHERE source IN (SELECT source FROM sources WHERE source IS NOT NULL) AND delivery_id = ${p(f.exact)}`;
+    });
+    where.push(forms.length === 0 ? '1 = 0' : `id IN (${forms.join(' UNION ALL ')})`);
+  }
   if (query.deliveryIdPrefix !== undefined && query.deliveryIdPrefix !== '') {
     // substr and length, not LIKE: `%` and `_` in an id are plain characters here.
     where.push(`substr(delivery_id, 1, length(${p(query.deliveryIdPrefix)})) = ${p(query.deliveryIdPrefix)}`);
   }
   if (query.eventType !== undefined) where.push(`event_type = ${p(query.eventType)}`);
   if (query.eventTypeGlob !== undefined) where.push(d.globMatch('event_type', p(d.globPattern(query.eventTypeGlob))));
+  if (query.origin !== undefined) where.push(`origin = ${p(query.origin)}`);
   if (query.receivedFrom !== undefined) where.push(`received_at >= ${p(query.receivedFrom)}`);
   if (query.receivedBefore !== undefined) where.push(`received_at < ${p(query.receivedBefore)}`);
   if (query.beforeId !== undefined) where.push(`id < ${p(query.beforeId)}`);
@@ -386,6 +442,10 @@ export type SharedOps = Pick<
   | 'countLedgerPurgeable'
   | 'purgeLedgerBatch'
   | 'findEventId'
+  | 'nearDeliveryIds'
+  | 'startAdminSession'
+  | 'isAdminSessionLive'
+  | 'endAdminSession'
   | 'replayEvents'
   | 'replayDead'
   | 'listEvents'
@@ -408,6 +468,10 @@ export function sharedOps(d: Dialect, run: StepRunner): SharedOps {
       return { examined, picked: keys.length, removed, lastKey };
     },
     findEventId: (source, deliveryId) => run.alone('replay', findEventId(d, source, deliveryId)),
+    nearDeliveryIds: (given, options) => run.alone('events list', nearDeliveryIds(d, given, options)),
+    startAdminSession: (id, expiresAt, now) => run.write('admin login', () => startAdminSession(d, id, expiresAt, now)),
+    isAdminSessionLive: (id, now) => run.alone('admin session', isAdminSessionLive(d, id, now)),
+    endAdminSession: (id) => run.alone('admin logout', endAdminSession(d, id)),
     replayEvents: (eventIds, options) => run.write('replay', () => replayEvents(d, eventIds, options)),
     replayDead: (options) => run.write('replay', () => replayDead(d, options)),
     listEvents: (query) => run.alone('events list', listEvents(d, query)),

@@ -1,3 +1,5 @@
+import type { EffectStatus, EventOrigin, EventStatus } from '../vocabulary.js';
+
 /**
  * Operator operations on the store: purge, replay, events list/show, stats.
  *
@@ -14,9 +16,12 @@
  * only rows no stored event refers to.
  */
 
-export type EventStatus = 'pending' | 'processing' | 'done' | 'dead';
-
-export const EVENT_STATUSES: readonly EventStatus[] = ['pending', 'processing', 'done', 'dead'];
+/**
+ * One stored form of a delivery id the operator gave: the id itself, or (for senders whose
+ * stored id adds a prefix, see src/delivery-ids.ts) an id ending in `suffix` in one source.
+ * `source` absent: in any source.
+ */
+export type DeliveryIdForm = { source?: string | undefined; exact: string } | { source: string; suffix: string };
 
 /** What one purge batch removed (all in one transaction). */
 export interface PurgeBatchResult {
@@ -100,8 +105,12 @@ export interface ListEventsQuery {
   eventTypeGlob?: string | undefined;
   /** This delivery id exactly (in any source unless `source` is set). */
   deliveryId?: string | undefined;
+  /** Events whose delivery id has any of these forms (an empty list matches nothing). */
+  deliveryIdForms?: readonly DeliveryIdForm[] | undefined;
   /** Delivery ids starting with this text. */
   deliveryIdPrefix?: string | undefined;
+  /** How the events came in. */
+  origin?: EventOrigin | undefined;
   /** received_at >= this (ms). */
   receivedFrom?: number | undefined;
   /** received_at < this (ms). */
@@ -152,6 +161,14 @@ export interface EventSummary {
   /** Later deliveries of the same id and body (answered from the stored answer). */
   duplicates: number;
   forceEffects: boolean;
+  origin: EventOrigin;
+}
+
+/** An event whose delivery id resembles one the operator gave (nearDeliveryIds). */
+export interface NearDeliveryId {
+  id: number;
+  source: string;
+  deliveryId: string;
 }
 
 export interface AttemptRow {
@@ -174,7 +191,7 @@ export interface EffectRow {
   effectKey: string;
   route: string;
   businessKey: string;
-  status: 'running' | 'done' | 'failed';
+  status: EffectStatus;
   /** The event that last ran it. */
   eventId: number | null;
   version: string | null;
@@ -244,7 +261,7 @@ export interface StoreStats {
   /** Oldest expired lease among them (ms), or null. */
   oldestStuckLeaseExpiresAt: number | null;
   /** Ledger rows by status. */
-  effectsByStatus: Record<'running' | 'done' | 'failed', number>;
+  effectsByStatus: Record<EffectStatus, number>;
   ledger: {
     /** Disk space of the `effects` table with its index (bytes). */
     bytes: number;
@@ -329,6 +346,13 @@ export interface OpsStore {
   findEventId(source: string, deliveryId: string): Promise<number | undefined>;
 
   /**
+   * For a "never received" answer: up to `limit` events, newest first, among the
+   * `scanLimit` newest (in `source` when given), whose delivery id contains `given` or its
+   * first characters, ignoring ASCII case.
+   */
+  nearDeliveryIds(given: string, options: { source?: string | undefined; limit: number; scanLimit: number }): Promise<NearDeliveryId[]>;
+
+  /**
    * Puts the given events back to `pending` with next_attempt_at = now, the retry
    * counter reset to 0 (attempt history rows kept), lease cleared, last_error kept until
    * the next attempt, and force_effects set when `force` (never cleared by a plain replay;
@@ -365,6 +389,14 @@ export interface OpsStore {
 
   /** Counts for `stats`; `now` decides which claims are stuck. */
   stats(now: number): Promise<StoreStats>;
+
+  /**
+   * The admin pages' live sessions, by the SHA-256 of the cookie's nonce: a login adds one
+   * (and deletes the expired ones), a logout deletes it, every request asks.
+   */
+  startAdminSession(id: string, expiresAt: number, now: number): Promise<void>;
+  isAdminSessionLive(id: string, now: number): Promise<boolean>;
+  endAdminSession(id: string): Promise<void>;
 
   /**
    * Counts for GET /metrics, read at every scrape: must stay cheap (partial indexes, no

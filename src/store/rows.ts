@@ -1,5 +1,6 @@
 import type { ClaimedEvent, LedgerRow } from './drain-types.js';
-import type { AttemptRow, ConflictRow, EffectRow, EventDetail, EventStatus, EventSummary, HourlyDeliveries, RouteFailures } from './ops-types.js';
+import type { EventOrigin, EventStatus } from '../vocabulary.js';
+import type { AttemptRow, ConflictRow, EffectRow, EventDetail, EventSummary, HourlyDeliveries, RouteFailures } from './ops-types.js';
 
 /**
  * Rows as both stores return them, and their camelCase shapes: snake_case is converted
@@ -29,9 +30,10 @@ export interface EventSummaryRow {
   last_error: string | null;
   duplicates: number;
   force_effects: number;
+  origin: EventOrigin;
 }
 
-export const SUMMARY_COLUMNS = `id, source, delivery_id, event_type, status, attempts, received_at, next_attempt_at, finished_at, last_error, duplicates, force_effects`;
+export const SUMMARY_COLUMNS = `id, source, delivery_id, event_type, status, attempts, received_at, next_attempt_at, finished_at, last_error, duplicates, force_effects, origin`;
 
 export function toSummary(r: EventSummaryRow): EventSummary {
   return {
@@ -47,6 +49,7 @@ export function toSummary(r: EventSummaryRow): EventSummary {
     lastError: r.last_error,
     duplicates: r.duplicates,
     forceEffects: r.force_effects !== 0,
+    origin: r.origin,
   };
 }
 

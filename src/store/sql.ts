@@ -1,11 +1,12 @@
 /**
- * SQL written once for both stores. An operation that is the same on both databases is
- * written here (or in drain-steps.ts / ops-steps.ts) as a generator of statements: it
- * yields each statement with its parameters and gets back its rows and changed-row count.
- * Each store runs the steps with its own driver: SQLite synchronously inside a
- * better-sqlite3 transaction, PostgreSQL awaiting each statement on one connection. Where
- * the databases really differ, the SQL asks the store's `Dialect`, a short list of named
- * capabilities, never the engine's name.
+ * The statement protocol every store operation is written in, once for both databases. An
+ * operation is a generator: it yields each statement with its parameters and gets back
+ * its rows and changed-row count. Each backend runs the steps with its own driver: SQLite
+ * synchronously inside a better-sqlite3 transaction (nothing else runs on the connection
+ * between two statements of one transaction, and no statement costs a promise),
+ * PostgreSQL awaiting each statement on one connection. Where the databases really
+ * differ, the SQL asks the backend's `Dialect`, a short list of named capabilities, never
+ * the engine's name.
  */
 
 /** One statement and its parameters, in the order its placeholders appear. */
@@ -41,6 +42,24 @@ export interface Dialect {
    * already holds the database's one write lock (SQLite's BEGIN IMMEDIATE).
    */
   lockRows: string;
+  /**
+   * Appended to a SELECT choosing rows the statement goes on to change (a claim, the
+   * heartbeat): takes only rows no other transaction holds and leaves the others, where
+   * writers run concurrently (PostgreSQL); empty where the write lock already excludes
+   * every other writer (SQLite).
+   */
+  takeUnlocked: string;
+  /**
+   * The database has one write lock: a write transaction excludes every other writer
+   * until it ends (SQLite). False where writers lock only the rows they change and run
+   * concurrently (PostgreSQL).
+   */
+  oneWriter: boolean;
+  /**
+   * A list of (event id, lease owner) pairs bound as one parameter (JSON text, see
+   * `leaseList` in drain/lease.ts), as a subquery of rows (id, owner).
+   */
+  leasePairs(placeholder: string): string;
   /**
    * Appended to a SELECT inside a batch delete: takes the rows no other transaction holds
    * and leaves the others for a later run (PostgreSQL), so a purge never waits on a drain;

@@ -1,81 +1,70 @@
 import type { CatchUpRunRecord, CatchUpStore, FetchedEvent } from './catch-up-types.js';
-import type { ModuleEffect } from './drain-steps.js';
-import type { AttemptRecord, DrainStore, EffectFinish, EffectStart, Lease, TransactionalOutcome } from './drain-types.js';
+import type { AttemptRecord, DrainStore, EffectFinish, EffectStart, Lease } from './drain-types.js';
+import type { DrainBackend } from './drain/backend.js';
+import { claimEvents, claimOwners, expireClaims, nextDueAt } from './drain/claim.js';
+import { renewLeases } from './drain/lease.js';
+import { beginEffect, finishEffect, recordAttempt } from './drain/ledger.js';
+import { runTransactionalEffect } from './drain/module-tx.js';
+import { buryEvent, completeEvent, releaseEvents, retryEvent } from './drain/settle.js';
 import type { SharedOps } from './ops-steps.js';
 import type { ListEventsQuery, ReplayOptions, SearchEventsQuery } from './ops-types.js';
 
-/** A store's function for each DrainStore method: the same arguments, after the connection it runs on. */
-type OnConnection<C, T> = { [K in keyof T]: T[K] extends (...args: infer A) => infer R ? (c: C, ...args: A) => R : never };
-
-/** What a store's drain.ts exports: one function per drain operation, taking its connection first. */
-export type DrainFunctions<C> = OnConnection<C, Omit<DrainStore, 'claimsAreLocal' | 'runTransactionalEffect' | 'inGroup'>> & {
-  runTransactionalEffect(c: C, m: ModuleEffect): Promise<TransactionalOutcome>;
-  inGroup<T>(c: C, fn: () => Promise<T>): Promise<T>;
-};
-
 /**
- * The DrainStore, shared OpsStore and CatchUpStore methods, written once: each calls the
- * store's own drain function on the connection the store gives (`drainConnection()`,
- * which may open it on first use), the operator operation both stores share
- * (`sharedOps`), or the store's catch-up operations (`catchUp`, see its catch-up.ts).
+ * What both stores share: the DrainStore, written once in ./drain/ over the backend the
+ * store gives (`drainBackend()`, which may open its connection on first use); the operator
+ * operations both stores run alike (`sharedOps`, ./ops-steps.ts); and catch-up's
+ * (`catchUp`, see each store's catch-up.ts).
  */
-export abstract class StoreBase<C> implements Omit<DrainStore, 'claimsAreLocal'>, SharedOps, CatchUpStore {
-  constructor(private readonly drain: DrainFunctions<C>) {}
-
-  protected abstract drainConnection(): C;
+export abstract class StoreBase implements Omit<DrainStore, 'claimsAreLocal'>, SharedOps, CatchUpStore {
+  protected abstract drainBackend(): DrainBackend;
   protected abstract readonly sharedOps: SharedOps;
   protected abstract readonly catchUp: CatchUpStore;
 
-  // DrainStore (claims, leases, the effect ledger): see ./drain-steps.ts and each store's drain.ts.
-  claimEvent(owner: string, now: number, leaseMs: number) {
-    return this.drain.claimEvent(this.drainConnection(), owner, now, leaseMs);
-  }
+  // DrainStore: claims (drain/claim.ts), leases (drain/lease.ts), the effect ledger
+  // (drain/ledger.ts), settles (drain/settle.ts), module effects (drain/module-tx.ts).
   claimEvents(owner: string, now: number, leaseMs: number, limit: number) {
-    return this.drain.claimEvents(this.drainConnection(), owner, now, leaseMs, limit);
+    return claimEvents(this.drainBackend(), owner, now, leaseMs, limit);
   }
   inGroup<T>(fn: () => Promise<T>): Promise<T> {
-    return this.drain.inGroup(this.drainConnection(), fn);
+    return this.drainBackend().inGroup(fn);
   }
   renewLeases(leases: readonly Lease[], now: number, leaseMs: number) {
-    return this.drain.renewLeases(this.drainConnection(), leases, now, leaseMs);
+    return renewLeases(this.drainBackend(), leases, now, leaseMs);
   }
   releaseEvents(leases: readonly Lease[]) {
-    return this.drain.releaseEvents(this.drainConnection(), leases);
+    return releaseEvents(this.drainBackend(), leases);
   }
   claimOwners() {
-    return this.drain.claimOwners(this.drainConnection());
+    return claimOwners(this.drainBackend());
   }
   expireClaims(ownerPrefix: string, now: number) {
-    return this.drain.expireClaims(this.drainConnection(), ownerPrefix, now);
+    return expireClaims(this.drainBackend(), ownerPrefix, now);
   }
   nextDueAt() {
-    return this.drain.nextDueAt(this.drainConnection());
-  }
-  renewLease(lease: Lease, now: number, leaseMs: number) {
-    return this.drain.renewLease(this.drainConnection(), lease, now, leaseMs);
+    return nextDueAt(this.drainBackend());
   }
   beginEffect(lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number) {
-    return this.drain.beginEffect(this.drainConnection(), lease, attempt, start, now, leaseMs);
+    return beginEffect(this.drainBackend(), lease, attempt, start, now, leaseMs);
   }
   finishEffect(finish: EffectFinish, now: number) {
-    return this.drain.finishEffect(this.drainConnection(), finish, now);
+    return finishEffect(this.drainBackend(), finish, now);
   }
   runTransactionalEffect(...[lease, attempt, start, handler, now, leaseMs, options]: Parameters<DrainStore['runTransactionalEffect']>) {
     const completeOnOk = options?.completeOnOk === true;
     const routeDecisions = options?.routeDecisions;
-    return this.drain.runTransactionalEffect(this.drainConnection(), { lease, attempt, start, handler, now, leaseMs, completeOnOk, routeDecisions });
+    return runTransactionalEffect(this.drainBackend(), { lease, attempt, start, handler, now, leaseMs, completeOnOk, routeDecisions });
   }
   recordAttempt(record: AttemptRecord) {
-    return this.drain.recordAttempt(this.drainConnection(), record);
+    return recordAttempt(this.drainBackend(), record);
   }
   completeEvent(lease: Lease, now: number, routeDecisions?: string) {
-    return this.drain.completeEvent(this.drainConnection(), lease, now, routeDecisions);
+    return completeEvent(this.drainBackend(), lease, now, routeDecisions);
   }
   retryEvent(lease: Lease, error: string, nextAttemptAt: number, routeDecisions?: string) {
-    return this.drain.retryEvent(this.drainConnection(), lease, error, nextAttemptAt, routeDecisions);
+    return retryEvent(this.drainBackend(), lease, error, nextAttemptAt, routeDecisions);
   }
   buryEvent(lease: Lease, error: string, now: number, routeDecisions?: string) {
-    return this.drain.buryEvent(this.drainConnection(), lease, error, now, routeDecisions);
+    return buryEvent(this.drainBackend(), lease, error, now, routeDecisions);
   }
 
   // OpsStore, the operations both stores share: see ./ops-steps.ts. Purge batches and the
@@ -94,6 +83,18 @@ export abstract class StoreBase<C> implements Omit<DrainStore, 'claimsAreLocal'>
   }
   findEventId(source: string, deliveryId: string) {
     return this.sharedOps.findEventId(source, deliveryId);
+  }
+  nearDeliveryIds(given: string, options: { source?: string | undefined; limit: number; scanLimit: number }) {
+    return this.sharedOps.nearDeliveryIds(given, options);
+  }
+  startAdminSession(id: string, expiresAt: number, now: number) {
+    return this.sharedOps.startAdminSession(id, expiresAt, now);
+  }
+  isAdminSessionLive(id: string, now: number) {
+    return this.sharedOps.isAdminSessionLive(id, now);
+  }
+  endAdminSession(id: string) {
+    return this.sharedOps.endAdminSession(id);
   }
   replayEvents(eventIds: readonly number[], options: ReplayOptions) {
     return this.sharedOps.replayEvents(eventIds, options);

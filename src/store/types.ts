@@ -41,6 +41,8 @@ export interface NewEvent {
    * sees it. Absent: pending for the drain.
    */
   unrouted?: string | undefined;
+  /** `test`: a delivery send-test marked as a test (src/http/test-mark.ts). Absent: `webhook`. */
+  origin?: 'webhook' | 'test' | undefined;
 }
 
 /** The answer for one delivery, decided by the database's unique constraint. */

@@ -2,7 +2,7 @@ import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isReceiverError } from '../../src/errors.js';
-import { makeConfig, runCli, startApp, tempDir, writeConfig, type RunningApp } from '../helpers.js';
+import { makeConfig, runCli, runInProcess, startApp, tempDir, writeConfig, type RunningApp } from '../helpers.js';
 import { adminConfig, csrfOf, login, seed, startAdmin, TOKEN, type Seeded } from './helpers.js';
 
 /**
@@ -105,6 +105,27 @@ describe('admin HTTP', () => {
     const bad = await api('/events?status=lost', { headers: bearer });
     expect(bad.status).toBe(400);
     expect(await bad.json()).toMatchObject({ error: 'usage', message: expect.stringMatching(/status: "lost" is not one of/) });
+  });
+
+  it('GET /events finds by a text in the body, a type pattern and the origin, as events list --search, --type and --origin do', async () => {
+    const get = async (q: string) => {
+      const res = await api(`/events?${q}`, { headers: bearer });
+      return { ids: ((await res.json()) as { id: number }[]).map((e) => e.id), incomplete: res.headers.get('x-scan-limit-reached') };
+    };
+    const cli = async (...args: string[]) =>
+      JSON.parse((await runInProcess(['events', 'list', '--json', '-c', configFile, ...args])).stdout).map((e: { id: number }) => e.id);
+    expect(await get('search=1200')).toEqual({ ids: [ids.done], incomplete: null });
+    expect((await get('search=1200')).ids).toEqual(await cli('--search', '1200'));
+    expect((await get('type=invoice.*&status=dead')).ids).toEqual([ids.dead]);
+    expect((await get('type=*.paid&search=evt_')).ids).toEqual(await cli('--type', '*.paid', '--search', 'evt_'));
+    expect((await get('origin=webhook')).ids).toHaveLength(5);
+    expect((await get('origin=test')).ids).toEqual([]);
+    // The search read only the newest event: it says so, as the CLI does on stderr.
+    expect(await get('search=1200&scan=1')).toEqual({ ids: [], incomplete: '1' });
+    const bad = await api('/events?origin=email', { headers: bearer });
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toMatchObject({ message: 'origin: "email" is not one of webhook, catch-up, test' });
+    expect((await api('/events?scan=5', { headers: bearer })).status).toBe(400);
   });
 
   it('GET /events pages by keyset: a Link to the next page until the last', async () => {
@@ -259,9 +280,20 @@ describe('admin HTTP', () => {
         '/admin/\\evil.example',
         '/admin/x\r\nset-cookie: a=b',
         '/webhooks/x',
+        // Dot segments, plain or percent-encoded, as the browser resolves them.
+        '/admin/%2e%2e/%2e%2e/metrics',
+        '/admin/%2E%2E/metrics',
+        '/admin/../metrics',
+        '/admin/.%2e/healthz',
+        '/adminx',
       ]) {
-        expect(await after(elsewhere)).toBe('/admin/');
+        expect(await after(elsewhere), elsewhere).toBe('/admin/');
       }
+      // Inside /admin after resolving: followed as resolved.
+      expect(await after('/admin/events/%2e%2e/events?status=dead')).toBe('/admin/events?status=dead');
+      // The login page's own form carries the resolved path too.
+      const form = await (await fetch(`${app.url}/admin/login?next=${encodeURIComponent('/admin/%2e%2e/%2e%2e/metrics')}`)).text();
+      expect(form).toContain('<input type="hidden" name="next" value="/admin/"/>');
     });
 
     it('reads no admin request body over 16 KiB, not even a login form', async () => {
@@ -291,7 +323,14 @@ describe('admin HTTP', () => {
     const page = await (await fetch(`${app.url}/admin/events/${ids.xss}`, { headers })).text();
     const csrf = csrfOf(page);
     const post = (body: Record<string, string>, extra: Record<string, string> = {}) =>
-      fetch(`${app.url}/admin/events/${ids.xss}/replay`, { method: 'POST', headers: { ...headers, ...extra }, body: new URLSearchParams(body).toString() });
+      fetch(`${app.url}/admin/events/${ids.xss}/replay`, {
+        method: 'POST',
+        headers: { ...headers, ...extra },
+        body: new URLSearchParams(body).toString(),
+        redirect: 'manual',
+      });
+    /** The page a 303 leads to, as the browser would load it. */
+    const follow = async (res: Response) => (await fetch(new URL(res.headers.get('location')!, app.url), { headers: { cookie: cookie! } })).text();
     expect((await post({})).status).toBe(403);
     expect((await post({ csrf: csrf.replace(/^./, (ch) => (ch === 'A' ? 'B' : 'A')) })).status).toBe(403);
     expect((await post({ csrf }, { origin: 'https://evil.example' })).status).toBe(403);
@@ -300,13 +339,16 @@ describe('admin HTTP', () => {
     const otherCsrf = csrfOf(await (await fetch(`${app.url}/admin/`, { headers: { cookie: other.cookie! } })).text());
     expect((await post({ csrf: otherCsrf })).status).toBe(403);
     expect(await (await api(`/events/${ids.xss}`, { headers: bearer })).json()).toMatchObject({ status: 'done' });
-    // Force without its confirmation box: refused.
-    expect((await post({ csrf, force: '1' })).status).toBe(400);
+    // Force without its confirmation box: refused, said on the event's page.
+    const unconfirmed = await post({ csrf, force: '1' });
+    expect(unconfirmed.status).toBe(303);
+    expect(await follow(unconfirmed)).toContain('Replay with force needs its confirmation box ticked; nothing was replayed.');
     expect(await (await api(`/events/${ids.xss}`, { headers: bearer })).json()).toMatchObject({ status: 'done', forceEffects: false });
 
     const ok = await post({ csrf, force: '1', confirm: 'yes' });
-    expect(ok.status).toBe(200);
-    expect(await ok.text()).toMatch(/Replayed event \d+ \(was done\)[^]*Forced: effects already done run again/);
+    expect(ok.status).toBe(303);
+    expect(ok.headers.get('location')).toMatch(new RegExp(`^/admin/events/${ids.xss}\\?done=`));
+    expect(await follow(ok)).toMatch(/Replayed event \d+ \(was done\)[^]*Forced: effects already done run again/);
     expect(await (await api(`/events/${ids.xss}`, { headers: bearer })).json()).toMatchObject({ status: 'pending', forceEffects: true });
   });
 
@@ -336,7 +378,7 @@ describe('admin HTTP', () => {
     const html = await (await fetch(`${app.url}/admin/`, { headers: { cookie: cookie! } })).text();
     expect(html).toMatch(/<svg class="chart"/);
     expect((html.match(/<rect class="c-/g) ?? []).length).toBeGreaterThanOrEqual(4);
-    expect(html).toMatch(/<td class="mono">mail<\/td><td class="num">1<\/td>/);
+    expect(html).toMatch(/<td class="mono" data-label="Route">mail<\/td><td class="num" data-label="Failed attempts">1<\/td>/);
     expect(html).toContain('conflicting deliveries');
     expect(html).toMatch(/<div class="value">5 h 0 min<\/div><div class="label">oldest pending event waits/);
   });
@@ -362,7 +404,7 @@ describe('admin pages', () => {
   it('the event page shows attempts with their output, the ledger rows, and conflicts with their differing body', async () => {
     const html = await get(`/admin/events/${ids.done}`);
     expect(html).toMatch(/<pre aria-label="Effect output">licence sent\n<\/pre>/);
-    expect(html).toContain(`<td class="mono">licence:${ids.done}</td><td>done</td>`);
+    expect(html).toContain(`<td class="mono wrap" data-label="Effect key">licence:${ids.done}</td><td data-label="Status">done</td>`);
     expect(html).toContain('<pre aria-label="Conflicting body">{&quot;other&quot;:true}</pre>');
     const dead = await get(`/admin/events/${ids.dead}`);
     expect(dead).toContain('<div>smtp: connection refused</div>');
@@ -378,7 +420,9 @@ describe('admin pages', () => {
     const html = await get(`/admin/events/${ids.done}`);
     db.prepare('UPDATE attempts SET run_key = NULL, forced = 0 WHERE id = ?').run(attempt.id);
     db.close();
-    expect(html).toContain(`<td class="mono">${attempt.effect_key}<div class="muted">run key ${attempt.effect_key}#forced-1</div></td>`);
+    expect(html).toContain(
+      `<td class="mono wrap" data-label="Effect key">${attempt.effect_key}<div class="muted">run key ${attempt.effect_key}#forced-1</div></td>`,
+    );
   });
 
   it('the event page lists why each route did or did not apply, escaped', async () => {
@@ -397,7 +441,7 @@ describe('admin pages', () => {
 
   it('the events page filters with the same parameters, pages by keyset, and says what is wrong with a filter', async () => {
     const first = await get('/admin/events?limit=2');
-    expect(first.match(/<tr><td class="num"><a href="\/admin\/events\/(\d+)"/g)).toHaveLength(2);
+    expect(first.match(/<tr><td class="num" data-label="Id"><a href="\/admin\/events\/(\d+)"/g)).toHaveLength(2);
     const older = /<a href="(\/admin\/events\?[^"]*before=\d+)">Older events<\/a>/.exec(first)?.[1];
     expect(older).toBe(`/admin/events?limit=2&amp;before=${ids.xss}`);
     const dead = await get('/admin/events?status=dead&delivery=evt_dead&match=prefix');
@@ -413,40 +457,44 @@ describe('admin pages', () => {
     const overview = await get('/admin/');
     expect(overview).toContain('Replay all 1 dead events');
     const form = { method: 'POST', headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' }, body: `csrf=${csrfOf(overview)}` };
-    const res = await fetch(`${app.url}/admin/replay-dead`, form);
-    expect(res.status).toBe(200);
-    expect(await res.text()).toContain(`Replayed event ${ids.dead} (was dead)`);
+    const res = await fetch(`${app.url}/admin/replay-dead`, { ...form, redirect: 'manual' });
+    expect(res.status).toBe(303);
+    expect(res.headers.get('location')).toMatch(/^\/admin\/\?done=/);
+    expect(await get(res.headers.get('location')!)).toContain(`Replayed event ${ids.dead} (was dead)`);
     expect(await (await fetch(`${app.url}/admin/replay-dead`, form)).text()).toContain('No dead events to replay.');
   });
 });
 
 describe('failed logins', () => {
-  it('slow further tries: after 3 wrong tokens each try must wait, doubling; no token is checked meanwhile', async () => {
+  it('slow further tries from that address: after 3 wrong tokens each try must wait, doubling up to 4 s; no token is checked meanwhile', async () => {
     const tmp = tempDir('receiver-admin-');
     seed(tmp.dir, NOW);
     let clock = NOW;
     const app = await startAdmin(adminConfig(tmp.dir), { now: () => clock });
     try {
-      for (let i = 0; i < 3; i++) expect((await login(app.url, 'wrong')).status).toBe(401);
+      for (let i = 0; i < 3; i++) expect((await login(app.url, 'wrong')).outcome).toBe('wrong');
       // Now even the right token waits (1 s): it is not checked, so guessing gains nothing.
-      const held = await fetch(`${app.url}/admin/login`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/x-www-form-urlencoded' },
-        body: `token=${TOKEN}`,
-      });
-      expect(held.status).toBe(429);
-      expect(held.headers.get('retry-after')).toBe('1');
+      const held = await login(app.url);
+      expect(held.outcome).toBe('held');
+      expect(held.retryAfter).toBe('1');
+      expect(await (await fetch(new URL(held.location!, app.url))).text()).toContain('Too many wrong tokens from your address: try again in 1 s.');
       expect((await fetch(`${app.url}/admin/api/stats`, { headers: bearer })).status).toBe(429);
       clock += 1000;
-      expect((await login(app.url, 'wrong')).status).toBe(401);
+      expect((await login(app.url, 'wrong')).outcome).toBe('wrong');
       clock += 1000;
       // The wait doubled to 2 s.
-      expect((await login(app.url)).status).toBe(429);
+      expect((await login(app.url)).outcome).toBe('held');
       clock += 1000;
-      expect((await login(app.url)).status).toBe(303);
+      expect((await login(app.url)).outcome).toBe('in');
       // A success clears the count.
-      expect((await login(app.url, 'wrong')).status).toBe(401);
-      expect((await login(app.url)).status).toBe(303);
+      expect((await login(app.url, 'wrong')).outcome).toBe('wrong');
+      expect((await login(app.url)).outcome).toBe('in');
+      // However many wrong tokens, the wait stops growing at 4 s.
+      for (let i = 0; i < 40; i++) {
+        await login(app.url, 'wrong');
+        clock += 4000;
+      }
+      expect((await login(app.url)).outcome).toBe('in');
     } finally {
       await app.close();
       tmp.cleanup();

@@ -65,12 +65,23 @@ export function startAdmin(config: Config, options: Partial<Omit<AdminOptions, '
   return startApp(config, { admin: { config, token: config.admin!.token, ...options } });
 }
 
-/** Logs in with the form and returns the session cookie (name=value). */
+/**
+ * Logs in with the form and returns the session cookie (name=value), and what became of the
+ * try: `in` (a session), `wrong` (back to the form saying so), `held` (back to the form,
+ * the token not checked: this address must wait), or `refused` (not a redirect).
+ */
 export async function login(
   url: string,
   token = TOKEN,
   headers: Record<string, string> = {},
-): Promise<{ status: number; cookie: string | undefined; setCookie: string | undefined; location: string | null }> {
+): Promise<{
+  status: number;
+  cookie: string | undefined;
+  setCookie: string | undefined;
+  location: string | null;
+  outcome: 'in' | 'wrong' | 'held' | 'refused';
+  retryAfter: string | null;
+}> {
   const res = await fetch(`${url}/admin/login`, {
     method: 'POST',
     redirect: 'manual',
@@ -79,7 +90,9 @@ export async function login(
   });
   await res.text();
   const setCookie = res.headers.getSetCookie().find((c) => c.startsWith('receiver_admin='));
-  return { status: res.status, cookie: setCookie?.split(';')[0], setCookie, location: res.headers.get('location') };
+  const location = res.headers.get('location');
+  const outcome = res.status !== 303 ? 'refused' : setCookie !== undefined ? 'in' : location?.includes('failed=token') === true ? 'wrong' : 'held';
+  return { status: res.status, cookie: setCookie?.split(';')[0], setCookie, location, outcome, retryAfter: res.headers.get('retry-after') };
 }
 
 /** The CSRF token from a page's forms. */

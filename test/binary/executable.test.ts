@@ -105,7 +105,7 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
     const file = writeConfig(s.dir, json);
     const serve = await startServe(file, { env: s.env });
     try {
-      const sent = await runCli(['send-test', 'shop', '-c', file, '--url', serve.url], { env: s.env });
+      const sent = await runCli(['send-test', 'shop', '-c', file, '--url', serve.url, '--run-effects'], { env: s.env });
       expect(sent.code).toBe(0);
       expect(sent.stdout).toMatch(/-> 202 /);
 
@@ -160,7 +160,7 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
     const serve = await startServe(file, { env: s.env });
     let log: { route: string; error: string | null }[] = [];
     try {
-      expect((await runCli(['send-test', 'shop', '-c', file, '--url', serve.url], { env: s.env })).code).toBe(0);
+      expect((await runCli(['send-test', 'shop', '-c', file, '--url', serve.url, '--run-effects'], { env: s.env })).code).toBe(0);
       const show = async () =>
         JSON.parse((await runCli(['events', 'show', '1', '-c', file, '--json'], { env: s.env })).stdout) as {
           attemptLog: { route: string; error: string | null }[];
@@ -291,7 +291,7 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
       const read = (name: string) => (existsSync(join(s.dir, name)) ? readFileSync(join(s.dir, name), 'utf8') : '');
       const serve = await startServe(file, { env: s.env });
       try {
-        const sent = await runCli(['send-test', 'shop', '-c', file, '--url', serve.url], { env: s.env });
+        const sent = await runCli(['send-test', 'shop', '-c', file, '--url', serve.url, '--run-effects'], { env: s.env });
         expect(sent.stdout).toMatch(/-> 202 /);
         await waitFor(() => (read('module.log') !== '' && read('exec.log') !== '' ? true : undefined), 'both effects of the test event', 10_000);
         expectDrainThread(read('module.log'), 1);

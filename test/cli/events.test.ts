@@ -78,6 +78,7 @@ describe('receiver events', () => {
       lastError: 'exit status 1: deploy failed',
       duplicates: 0,
       forceEffects: false,
+      origin: 'webhook',
     });
   });
 
@@ -90,7 +91,7 @@ describe('receiver events', () => {
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('--status must be one of pending, processing, done, dead');
     const human = await runInProcess(['events', 'list', '-c', config]);
-    expect(human.stdout.split('\n')[0]).toMatch(/^ID\s+RECEIVED\s+SOURCE\s+DELIVERY ID\s+TYPE\s+STATUS\s+ATTEMPTS\s+NEXT\s+LAST ERROR$/);
+    expect(human.stdout.split('\n')[0]).toMatch(/^ID\s+RECEIVED\s+SOURCE\s+DELIVERY ID\s+TYPE\s+STATUS\s+ORIGIN\s+ATTEMPTS\s+NEXT\s+LAST ERROR$/);
     expect(human.stdout).toContain('gh-2');
   });
 
@@ -220,7 +221,7 @@ describe('receiver events', () => {
       // Cut to fit, still escaped.
       const narrow = await runInProcess(['events', 'list', '-c', config]);
       expect(narrow.stdout).not.toMatch(raw);
-      expect(narrow.stdout).toContain('evt_\\x1b]0;pwned…');
+      expect(narrow.stdout).toContain('evt_\\x1b]0;…');
       expect(list.stdout).toContain('order.\\x9b31mpaid');
       const show = await runInProcess(['events', 'show', '-c', config, String(evil)]);
       expect(show.code).toBe(0);
@@ -294,6 +295,70 @@ describe('receiver events', () => {
       return JSON.parse(r.stdout).map((x: { id: number }) => x.id);
     };
 
+    it("--delivery finds an id as its sender shows it (GitHub's GUID alone), --origin by how events came in; show says both", async () => {
+      const own = tempDir();
+      try {
+        const file = writeConfig(own.dir, { sources: { gh: { provider: 'github', secret: 'x' }, shop: { provider: 'none' } } });
+        const db = seedDb(join(own.dir, 'receiver.db'));
+        const guid = 'c0ffee00-1234-4abc-8def-0123456789ab';
+        const push = insertEvent(db, { source: 'gh', deliveryId: `9912:${guid}`, eventType: 'push', status: 'done', receivedAt: now - DAY });
+        const test = insertEvent(db, { source: 'shop', deliveryId: 'test_1', status: 'done', receivedAt: now - 1000, origin: 'test' });
+        const fetched = insertEvent(db, { source: 'shop', deliveryId: 'evt_f', status: 'pending', receivedAt: now - 500, origin: 'catch-up' });
+        db.close();
+        const list = async (...args: string[]) => {
+          const r = await runInProcess(['events', 'list', '-c', file, '--json', ...args], { now: () => now });
+          return { ids: JSON.parse(r.stdout).map((x: { id: number }) => x.id), stderr: r.stderr };
+        };
+        expect(await list('--delivery', guid)).toEqual({ ids: [push], stderr: '' });
+        expect((await list('--delivery', guid, '--source', 'gh')).ids).toEqual([push]);
+        expect((await list('--delivery', `9912:${guid}`)).ids).toEqual([push]);
+        expect((await list('--delivery', guid, '--source', 'shop')).ids).toEqual([]);
+        // Nothing found: the ids near it, on stderr.
+        expect(await list('--delivery', guid.slice(0, 20))).toEqual({
+          ids: [],
+          stderr: `Note: no event with delivery id "${guid.slice(0, 20)}"; near matches: gh/9912:${guid} (event ${push})\n`,
+        });
+        expect((await list('--origin', 'test')).ids).toEqual([test]);
+        expect((await list('--origin', 'catch-up')).ids).toEqual([fetched]);
+        expect((await list('--origin', 'webhook')).ids).toEqual([push]);
+        const bad = await runInProcess(['events', 'list', '-c', file, '--origin', 'email']);
+        expect(bad.code).toBe(2);
+        expect(bad.stderr).toContain('--origin must be one of webhook, catch-up, test');
+        const text = await runInProcess(['events', 'list', '-c', file], { now: () => now });
+        expect(text.stdout).toMatch(new RegExp(`^${test} .*\\sdone\\s+test\\s+1$`, 'm'));
+        expect(text.stdout).toMatch(new RegExp(`^${fetched} .*\\spending\\s+catch-up\\s+0\\s+due$`, 'm'));
+        const show = await runInProcess(['events', 'show', '-c', file, String(push)]);
+        expect(show.stdout).toContain(`event ${push}: gh / 9912:${guid} (push)\n  sender id:  ${guid} (as the sender shows it)\n  origin:     webhook\n`);
+        const json = JSON.parse((await runInProcess(['events', 'show', '-c', file, String(push), '--json'])).stdout);
+        expect(json).toMatchObject({ deliveryId: `9912:${guid}`, senderDeliveryId: guid, origin: 'webhook' });
+        expect(JSON.parse((await runInProcess(['events', 'show', '-c', file, String(test), '--json'])).stdout)).toMatchObject({
+          senderDeliveryId: 'test_1',
+          origin: 'test',
+        });
+      } finally {
+        own.cleanup();
+      }
+    });
+
+    it('a last error that fits stays on its row; a path longer than a line is never cut, on a line of its own', async () => {
+      const own = tempDir();
+      try {
+        const file = writeConfig(own.dir, { sources: { stripe: { provider: 'stripe', secret: 'whsec_test' } } });
+        const db = seedDb(join(own.dir, 'receiver.db'));
+        const path = `/var/lib/receiver/${'deeply/nested/'.repeat(8)}licence.json`;
+        const short = insertEvent(db, { deliveryId: 'evt_s', status: 'dead', receivedAt: now - 2000, lastError: 'exit 1' });
+        const long = insertEvent(db, { deliveryId: 'evt_l', status: 'dead', receivedAt: now - 1000, lastError: `licence: cannot open ${path}: no such file` });
+        db.close();
+        const lines = (await runInProcess(['events', 'list', '-c', file], { now: () => now })).stdout.trimEnd().split('\n');
+        expect(lines.find((l) => l.startsWith(`${short} `))).toMatch(/\sdead\s+webhook\s+1\s+exit 1$/);
+        const at = lines.findIndex((l) => l.startsWith(`${long} `));
+        // The path alone on its line, longer than 100 columns rather than cut.
+        expect(lines.slice(at + 1, at + 4)).toEqual(['    licence: cannot open', `    ${path}:`, '    no such file']);
+      } finally {
+        own.cleanup();
+      }
+    });
+
     it('--type is exact, or a pattern with * and ?', async () => {
       expect(await ids('--type', 'invoice.paid')).toEqual([e.paid]);
       expect(await ids('--type', 'invoice')).toEqual([]);
@@ -337,16 +402,20 @@ describe('receiver events', () => {
       expect((await runInProcess(['events', 'list', '-c', config, '--source', 'gh'])).stderr).toBe('');
     });
 
-    it('text: short times, NEXT for pending events, ids and error cut with … to fit 100 columns; --wide shows everything', async () => {
+    it('text: short times, NEXT for pending events, ids cut with … to fit 100 columns, a long last error whole on the lines below; --wide shows everything', async () => {
       const r = await runInProcess(['events', 'list', '-c', config], { now: () => now });
       const lines = r.stdout.trimEnd().split('\n');
-      expect(lines[0]).toMatch(/^ID\s+RECEIVED\s+SOURCE\s+DELIVERY ID\s+TYPE\s+STATUS\s+ATTEMPTS\s+NEXT\s+LAST ERROR$/);
+      expect(lines[0]).toMatch(/^ID\s+RECEIVED\s+SOURCE\s+DELIVERY ID\s+TYPE\s+STATUS\s+ORIGIN\s+ATTEMPTS\s+NEXT\s+LAST ERROR$/);
       for (const line of lines) expect(line.length).toBeLessThanOrEqual(100);
-      const failed = lines.find((l) => l.startsWith(`${e.failed} `))!;
-      expect(failed).toMatch(/^\d+\s+11-30 10:00:00\s+stripe\s+evt_1PqRsT…\s+invoice\.p…\s+pending\s+3\s+in 4m\s+exit status 1: the l…$/);
-      expect(failed.length).toBe(100);
-      expect(lines.find((l) => l.startsWith(`${e.due} `))).toMatch(/\spending\s+0\s+due$/);
-      expect(lines.find((l) => l.startsWith(`${e.paid} `))).toMatch(/\sdone\s+1$/);
+      const at = lines.findIndex((l) => l.startsWith(`${e.failed} `));
+      expect(lines[at]).toMatch(/^\d+\s+11-30 10:00:00\s+stripe\s+evt_1PqRsT…\s+invoice\.pay…\s+pending\s+webhook\s+3\s+in 4m$/);
+      // The error below its row, broken between words only, every word of it there.
+      const error = lines.slice(at + 1, at + 4);
+      for (const line of error) expect(line).toMatch(/^ {4}\S/);
+      expect(error.map((l) => l.trim()).join(' ')).toBe(`exit status 1: ${'the licence server answered 503 Service Unavailable; '.repeat(4)}END`);
+      expect(lines[at + 4]).toMatch(new RegExp(`^${e.paid} `));
+      expect(lines.find((l) => l.startsWith(`${e.due} `))).toMatch(/\spending\s+webhook\s+0\s+due$/);
+      expect(lines.find((l) => l.startsWith(`${e.paid} `))).toMatch(/\sdone\s+webhook\s+1$/);
       const wide = await runInProcess(['events', 'list', '-c', config, '--wide'], { now: () => now });
       expect(wide.stdout).toContain('2026-11-30T10:00:00.000Z  stripe  evt_1PqRsT2eZvKYlo2C0a1b2c3d4e5f6g7h  invoice.payment_failed.with_a_rather_long_name');
       expect(wide.stdout).toContain('in 4m  exit status 1: the licence server answered 503');

@@ -14,7 +14,13 @@ describe('receiver replay', () => {
 
   beforeEach(() => {
     tmp = tempDir();
-    config = writeConfig(tmp.dir, { sources: { stripe: { provider: 'stripe', secret: 'whsec_test' } } });
+    config = writeConfig(tmp.dir, {
+      sources: {
+        stripe: { provider: 'stripe', secret: 'whsec_test' },
+        gh: { provider: 'github', secret: 'gh-secret' },
+        mg: { provider: 'mailgun', secret: 'mg-key' },
+      },
+    });
     db = seedDb(join(tmp.dir, 'receiver.db'));
     ids = {
       dead1: insertEvent(db, { deliveryId: 'evt_dead_1', status: 'dead', receivedAt: now - DAY, attempts: 12, lastError: 'exit 1', nextAttemptAt: now - DAY }),
@@ -71,6 +77,44 @@ describe('receiver replay', () => {
     const unknown = await runInProcess(['replay', '-c', config, '--source', 'stripe', '--delivery', 'evt_nope']);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toContain('no event from source "stripe" with delivery id "evt_nope"');
+  });
+
+  it("by --delivery as the sender shows it: GitHub's GUID alone, Mailgun's Message-Id; an id in two hooks is exit 2 naming both", async () => {
+    const guid = '0f9b8a76-5432-4c1d-9e8f-123456789abc';
+    const push = insertEvent(db, { source: 'gh', deliveryId: `48213001:${guid}`, status: 'done', receivedAt: now - DAY });
+    const mail = insertEvent(db, { source: 'mg', deliveryId: 'message:<20261130.abc@mg.example.com>', status: 'done', receivedAt: now - DAY });
+    const r = await runInProcess(['replay', '-c', config, '--source', 'gh', '--delivery', guid, '--json']);
+    expect(r.stderr).toBe('');
+    expect(JSON.parse(r.stdout).replayed.map((e: { id: number }) => e.id)).toEqual([push]);
+    // The stored form still works, and so does the Message-Id with or without its brackets.
+    expect(
+      JSON.parse((await runInProcess(['replay', '-c', config, '--source', 'gh', '--delivery', `48213001:${guid}`, '--json'])).stdout).replayed,
+    ).toHaveLength(1);
+    for (const id of ['20261130.abc@mg.example.com', '<20261130.abc@mg.example.com>']) {
+      const m = await runInProcess(['replay', '-c', config, '--source', 'mg', '--delivery', id, '--json']);
+      expect(JSON.parse(m.stdout).replayed.map((e: { id: number }) => e.id)).toEqual([mail]);
+    }
+    // The same GUID reached two hooks: each is its own delivery, and the GUID alone names neither.
+    const second = insertEvent(db, { source: 'gh', deliveryId: `48213002:${guid}`, status: 'done', receivedAt: now - DAY });
+    const two = await runInProcess(['replay', '-c', config, '--source', 'gh', '--delivery', guid]);
+    expect(two.code).toBe(2);
+    expect(two.stderr).toBe(
+      `Error: 2 events from source "gh" with delivery id "${guid}": gh/48213002:${guid} (event ${second}), gh/48213001:${guid} (event ${push})\n` +
+        `Try: give the whole delivery id, or the event id: receiver replay ${second}\n`,
+    );
+  });
+
+  it('a delivery id never received: exit 1, and the stored ids near it (in any source) in the message', async () => {
+    insertEvent(db, { source: 'gh', deliveryId: '48213001:0f9b8a76-5432-4c1d-9e8f-123456789abc', status: 'done', receivedAt: now - DAY });
+    // Cut short, in the wrong source.
+    const r = await runCli(['replay', '-c', config, '--source', 'stripe', '--delivery', '0f9b8a76-5432-4c1d'], { env: {} });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(
+      `Error: no event from source "stripe" with delivery id "0f9b8a76-5432-4c1d" (never received, or purged); near matches: gh/48213001:0f9b8a76-5432-4c1d-9e8f-123456789abc (event 5)\n` +
+        'Try: check the names with `receiver events list --source stripe`\n',
+    );
+    const none = await runInProcess(['replay', '-c', config, '--source', 'stripe', '--delivery', 'zzz_nothing']);
+    expect(none.stderr).toContain('(never received, or purged); no stored delivery id near it among the 100000 newest events');
   });
 
   it('--dead replays every dead event and nothing else', async () => {

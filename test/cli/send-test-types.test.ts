@@ -54,6 +54,8 @@ describe('send-test --type, every provider', () => {
       const r = await h.send(name, d.body, d.headers);
       expect(r.status).toBeLessThan(300);
       expect(h.event(name)?.event_type).toBe(type);
+      // Its test mark verified under this provider's secret: stored as a test.
+      expect(h.app.store.db.prepare('SELECT origin FROM events WHERE source = ?').pluck().get(name)).toBe('test');
     });
   }
 

@@ -6,6 +6,7 @@ import { processEvent, type AttemptOutcome, type EventOutcome, type ProcessConte
 import { createLogger } from '../../src/log.js';
 import type { SqliteStore } from '../../src/store/sqlite/index.js';
 import type { NewEvent } from '../../src/store/types.js';
+import { claimOne } from '../helpers.js';
 
 /** A clock tests move by hand. */
 export function clock(start = Date.now()) {
@@ -76,7 +77,7 @@ let owners = 0;
 export async function drainDue(h: Harness, owner = 'test'): Promise<EventOutcome[]> {
   const out: EventOutcome[] = [];
   for (;;) {
-    const event = await h.ctx.store.claimEvent(`${owner}#${++owners}`, h.ctx.now(), h.ctx.leaseMs);
+    const event = await claimOne(h.ctx.store, `${owner}#${++owners}`, h.ctx.now(), h.ctx.leaseMs);
     if (event === undefined) return out;
     out.push(await processEvent(h.ctx, event, new AbortController().signal));
   }

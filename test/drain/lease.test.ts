@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { SqliteStore } from '../../src/store/sqlite/index.js';
 import type { EffectStart } from '../../src/store/drain-types.js';
-import { tempDir } from '../helpers.js';
+import { claimOne, tempDir } from '../helpers.js';
 import { clock, inspect, newEvent } from './helpers.js';
 
 const LEASE = 300_000;
@@ -32,12 +32,12 @@ describe('leases', () => {
     for (const d of ['d1', 'd2', 'd3']) await a.ingest(newEvent({ source: 's', deliveryId: d, eventType: 't', body: {}, receivedAt: c.now() }));
     const db = inspect(path);
     db.db.prepare('UPDATE events SET next_attempt_at = ? WHERE id = 1').run(c.now() + 1000); // event 1 waits for its retry
-    expect((await a.claimEvent('A', c.now(), LEASE))?.id).toBe(2);
-    expect((await b.claimEvent('B', c.now(), LEASE))?.id).toBe(3);
-    expect(await b.claimEvent('B', c.now(), LEASE)).toBeUndefined();
+    expect((await claimOne(a, 'A', c.now(), LEASE))?.id).toBe(2);
+    expect((await claimOne(b, 'B', c.now(), LEASE))?.id).toBe(3);
+    expect(await claimOne(b, 'B', c.now(), LEASE)).toBeUndefined();
     expect(await b.nextDueAt()).toBe(c.now() + 1000);
     c.advance(1000);
-    expect((await b.claimEvent('B', c.now(), LEASE))?.id).toBe(1);
+    expect((await claimOne(b, 'B', c.now(), LEASE))?.id).toBe(1);
     db.close();
   });
 
@@ -45,7 +45,7 @@ describe('leases', () => {
     const c = clock();
     await a.ingest(newEvent({ source: 's', deliveryId: 'd1', eventType: 't', body: { order: 'o1' }, receivedAt: c.now() }));
     const db = inspect(path);
-    const claimA = (await a.claimEvent('A#1', c.now(), LEASE))!;
+    const claimA = (await claimOne(a, 'A#1', c.now(), LEASE))!;
     expect(claimA).toMatchObject({ id: 1, attempt: 1, lease: { owner: 'A#1', expiresAt: c.now() + LEASE } });
     // A starts an external effect: the ledger says running, for event 1.
     const sa = start();
@@ -54,19 +54,19 @@ describe('leases', () => {
 
     // While A's lease is live, B gets nothing.
     c.advance(LEASE - 1);
-    expect(await b.claimEvent('B#1', c.now(), LEASE)).toBeUndefined();
+    expect(await claimOne(b, 'B#1', c.now(), LEASE)).toBeUndefined();
     // A stalls past its lease (lease renewed by beginEffect at the start, so count from there).
     c.advance(2);
-    const claimB = (await b.claimEvent('B#1', c.now(), LEASE))!;
+    const claimB = (await claimOne(b, 'B#1', c.now(), LEASE))!;
     expect(claimB).toMatchObject({ id: 1, attempt: 2, lease: { owner: 'B#1' } });
 
     // A wakes up late: nothing it does to the event applies.
     expect(await a.completeEvent(claimA.lease, c.now())).toBe(false);
     expect(await a.retryEvent(claimA.lease, 'late', c.now())).toBe(false);
     expect(await a.buryEvent(claimA.lease, 'late', c.now())).toBe(false);
-    expect(await a.renewLease(claimA.lease, c.now(), LEASE)).toBe(false);
+    await a.renewLeases([claimA.lease], c.now() + 1, LEASE);
     expect(await a.beginEffect(claimA.lease, 1, start('o2'), c.now(), LEASE)).toEqual({ action: 'lost' });
-    expect(db.event(1)).toMatchObject({ status: 'processing', lease_owner: 'B#1' });
+    expect(db.event(1)).toMatchObject({ status: 'processing', lease_owner: 'B#1', lease_expires_at: claimB.lease.expiresAt });
 
     // B repeats the effect A left running (the same event: not someone else's live run).
     const sb = start();
@@ -93,9 +93,9 @@ describe('leases', () => {
   it('a module effect whose lease was taken over runs nothing', async () => {
     const c = clock();
     await a.ingest(newEvent({ source: 's', deliveryId: 'd1', eventType: 't', body: {}, receivedAt: c.now() }));
-    const claimA = (await a.claimEvent('A#1', c.now(), LEASE))!;
+    const claimA = (await claimOne(a, 'A#1', c.now(), LEASE))!;
     c.advance(LEASE);
-    await b.claimEvent('B#1', c.now(), LEASE);
+    await claimOne(b, 'B#1', c.now(), LEASE);
     let ran = false;
     const r = await a.runTransactionalEffect(
       claimA.lease,

@@ -8,7 +8,7 @@ import { Secret } from '../../src/config/secret.js';
 import { bearerMatches, metricsRoute, ReceiverMetrics } from '../../src/http/metrics.js';
 import { hmac } from '../../src/providers/util.js';
 import { queueSnapshot } from '../../src/server.js';
-import { makeConfig, post, startApp, startServe, tempDir, writeConfig, type RunningApp } from '../helpers.js';
+import { claimOne, makeConfig, post, startApp, startServe, tempDir, writeConfig, type RunningApp } from '../helpers.js';
 
 const SECRET = 'metrics-shop-secret';
 const sign = (body: string) => `sha256=${hmac('sha256', SECRET, body).toString('hex')}`;
@@ -238,7 +238,7 @@ describe('lost, interrupted, busy and stale, as the drain reports them (real SQL
 
       // interrupted: the receiver stops (its abort signal) while event 4's effect runs.
       await send('d4', { type: 'hold', order: 'o4' });
-      const claim = (await a.claimEvent('A#stop', c.now(), ha.ctx.leaseMs))!;
+      const claim = (await claimOne(a, 'A#stop', c.now(), ha.ctx.leaseMs))!;
       const stop = new AbortController();
       const fourth = processEvent(ha.ctx, claim, stop.signal);
       await running('o4');

@@ -7,7 +7,7 @@ import type { EffectDb, EffectStart, Lease } from '../../src/store/drain-types.j
 import { openStore } from '../../src/store/open.js';
 import { acceptedAnswer, conflictAnswer, type NewEvent, type Store } from '../../src/store/types.js';
 import type { FetchedEvent } from '../../src/store/catch-up-types.js';
-import { tempDir } from '../helpers.js';
+import { claimOne, tempDir } from '../helpers.js';
 import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
 
 /**
@@ -168,7 +168,7 @@ describe.each(backends)('$name store contract', (backend) => {
   /** Ingests and claims one event; returns its lease. */
   async function claimed(deliveryId: string, owner = 'drain-a', now = T0): Promise<{ id: number; lease: Lease; attempt: number }> {
     const r = await store.ingest(event(deliveryId));
-    const c = await store.claimEvent(owner, now, LEASE);
+    const c = await claimOne(store, owner, now, LEASE);
     expect(c?.id).toBe(r.eventId);
     return { id: c!.id, lease: c!.lease, attempt: c!.attempt };
   }
@@ -324,7 +324,7 @@ describe.each(backends)('$name store contract', (backend) => {
       const a = await claimed('a');
       expect(await store.retryEvent(a.lease, 'deploy: exit 1', T0, 'deploy: applies (key "c1")')).toBe(true);
       expect((await store.getEvent(a.id))!.routeDecisions).toEqual(['deploy: applies (key "c1")']);
-      const again = await store.claimEvent('drain-a', T0, LEASE);
+      const again = await claimOne(store, 'drain-a', T0, LEASE);
       expect(
         await store.buryEvent(
           again!.lease,
@@ -337,7 +337,7 @@ describe.each(backends)('$name store contract', (backend) => {
 
       const b = await claimed('b');
       // Taken over: the old holder's settle changes nothing, decisions included.
-      const taken = await store.claimEvent('drain-b', T0 + LEASE, LEASE);
+      const taken = await claimOne(store, 'drain-b', T0 + LEASE, LEASE);
       expect(taken?.id).toBe(b.id);
       expect(await store.completeEvent(b.lease, T0, 'stale: not stored')).toBe(false);
       expect(await store.completeEvent(taken!.lease, T0 + LEASE, 'deploy: event type "ping" not in [push]')).toBe(true);
@@ -373,14 +373,14 @@ describe.each(backends)('$name store contract', (backend) => {
       const b = await store.ingest(event('b'));
       expect(await store.nextDueAt()).toBe(T0);
       await o.exec(`UPDATE events SET next_attempt_at = ${T0 + 10 * SEC} WHERE id = ${a.eventId}`);
-      const c1 = await store.claimEvent('drain-a', T0, LEASE);
+      const c1 = await claimOne(store, 'drain-a', T0, LEASE);
       expect(c1).toMatchObject({ id: b.eventId, source: 'shop', deliveryId: 'b', eventType: 'order.paid', attempt: 1, forceEffects: false });
       expect(c1!.lease).toEqual({ eventId: b.eventId, owner: 'drain-a', expiresAt: T0 + LEASE });
       expect(c1!.body.toString()).toBe('{"id":"b"}');
       expect(c1!.headers['x-request-id']).toBe('b');
-      expect(await store.claimEvent('drain-a', T0, LEASE)).toBeUndefined();
+      expect(await claimOne(store, 'drain-a', T0, LEASE)).toBeUndefined();
       expect(await store.nextDueAt()).toBe(T0 + 10 * SEC);
-      expect((await store.claimEvent('drain-a', T0 + 10 * SEC, LEASE))?.id).toBe(a.eventId);
+      expect((await claimOne(store, 'drain-a', T0 + 10 * SEC, LEASE))?.id).toBe(a.eventId);
       expect(await store.nextDueAt()).toBe(T0 + LEASE); // b's lease expiry
     });
 
@@ -391,7 +391,7 @@ describe.each(backends)('$name store contract', (backend) => {
       const taken: number[] = [];
       const worker = async (s: Store, owner: string) => {
         for (;;) {
-          const c = await s.claimEvent(owner, T0, LEASE);
+          const c = await claimOne(s, owner, T0, LEASE);
           if (c === undefined) return;
           taken.push(c.id);
           expect(await s.completeEvent(c.lease, T0)).toBe(true);
@@ -405,16 +405,16 @@ describe.each(backends)('$name store contract', (backend) => {
 
     it("an expired lease is claimed again; the old holder's renew, complete, retry and bury change nothing", async () => {
       const { id, lease } = await claimed('a', 'old');
-      expect(await store.claimEvent('new', T0 + LEASE - 1, LEASE)).toBeUndefined();
-      const again = await store.claimEvent('new', T0 + LEASE, LEASE);
+      expect(await claimOne(store, 'new', T0 + LEASE - 1, LEASE)).toBeUndefined();
+      const again = await claimOne(store, 'new', T0 + LEASE, LEASE);
       expect(again).toMatchObject({ id, attempt: 2, lease: { owner: 'new' } });
-      expect(await store.renewLease(lease, T0 + LEASE, LEASE)).toBe(false);
+      await store.renewLeases([lease], T0 + LEASE + 1, LEASE);
       expect(await store.completeEvent(lease, T0 + LEASE)).toBe(false);
       expect(await store.retryEvent(lease, 'late', T0 + 2 * LEASE)).toBe(false);
       expect(await store.buryEvent(lease, 'late', T0 + LEASE)).toBe(false);
       const shown = await store.getEvent(id);
-      expect(shown).toMatchObject({ status: 'processing', leaseOwner: 'new', lastError: null });
-      expect(await store.renewLease(again!.lease, T0 + LEASE + 5, LEASE)).toBe(true);
+      expect(shown).toMatchObject({ status: 'processing', leaseOwner: 'new', leaseExpiresAt: T0 + LEASE + LEASE, lastError: null });
+      await store.renewLeases([again!.lease], T0 + LEASE + 5, LEASE);
       expect((await store.getEvent(id))!.leaseExpiresAt).toBe(T0 + LEASE + 5 + LEASE);
     });
 
@@ -445,6 +445,27 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await store.claimEvents('batch-4', T0 + 20 * SEC, LEASE, 8)).map((e) => [e.id, e.attempt])).toEqual([[ids[1], 1]]);
     });
 
+    it("the heartbeat during a module effect's transaction neither waits for it nor goes with its rollback", async () => {
+      for (const d of ['a', 'b']) await store.ingest(event(d));
+      const [a, b] = await store.claimEvents('batch-1', T0, LEASE, 2);
+      const beat = T0 + 20 * SEC;
+      const out = await store.runTransactionalEffect(
+        a!.lease,
+        a!.attempt,
+        start('licence', 'k'),
+        // The drain's heartbeat comes while the handler runs; the handler waits for it, then
+        // throws: its writes roll back, the heartbeat's renewal does not.
+        async () => {
+          await store.renewLeases([a!.lease, b!.lease], beat, LEASE);
+          throw new Error('no');
+        },
+        () => T0,
+        LEASE,
+      );
+      expect(out).toMatchObject({ action: 'failed', error: 'no' });
+      expect((await store.getEvent(b!.id))!.leaseExpiresAt).toBe(beat + LEASE);
+    });
+
     it("a dead process's claims are ended by owner prefix and claimed again at once; others' are not", async () => {
       for (const d of ['a', 'b', 'c']) await store.ingest(event(d));
       const [a, b] = await store.claimEvents('host:41:aa#1', T0, LEASE, 2);
@@ -461,8 +482,8 @@ describe.each(backends)('$name store contract', (backend) => {
       const first = await claimed('a');
       expect(await store.retryEvent(first.lease, 'boom', T0 + 30 * SEC)).toBe(true);
       expect(await store.getEvent(first.id)).toMatchObject({ status: 'pending', nextAttemptAt: T0 + 30 * SEC, lastError: 'boom', leaseOwner: null });
-      expect(await store.claimEvent('d', T0 + 29 * SEC, LEASE)).toBeUndefined();
-      const second = await store.claimEvent('d', T0 + 30 * SEC, LEASE);
+      expect(await claimOne(store, 'd', T0 + 29 * SEC, LEASE)).toBeUndefined();
+      const second = await claimOne(store, 'd', T0 + 30 * SEC, LEASE);
       expect(second?.attempt).toBe(2);
       expect(await store.buryEvent(second!.lease, 'gave up', T0 + 31 * SEC)).toBe(true);
       expect(await store.getEvent(first.id)).toMatchObject({ status: 'dead', lastError: 'gave up', finishedAt: T0 + 31 * SEC });
@@ -504,7 +525,7 @@ describe.each(backends)('$name store contract', (backend) => {
       const e1 = await claimed('a');
       await store.beginEffect(e1.lease, e1.attempt, start('licence', 'k'), T0, LEASE);
       // e1's drain crashed: its lease expires and another drain takes it.
-      const again = await store.claimEvent('drain-b', T0 + LEASE, LEASE);
+      const again = await claimOne(store, 'drain-b', T0 + LEASE, LEASE);
       const d = await store.beginEffect(again!.lease, again!.attempt, start('licence', 'k'), T0 + LEASE, LEASE);
       expect(d).toMatchObject({ action: 'run', runs: 2 });
     });
@@ -513,7 +534,7 @@ describe.each(backends)('$name store contract', (backend) => {
       const e1 = await claimed('a');
       const old = start('licence', 'k');
       const d1 = await store.beginEffect(e1.lease, 1, old, T0, LEASE);
-      const again = await store.claimEvent('drain-b', T0 + LEASE, LEASE);
+      const again = await claimOne(store, 'drain-b', T0 + LEASE, LEASE);
       const fresh = start('licence', 'k');
       await store.beginEffect(again!.lease, 2, fresh, T0 + LEASE, LEASE);
       if (d1.action !== 'run') throw new Error('expected run');
@@ -552,7 +573,7 @@ describe.each(backends)('$name store contract', (backend) => {
       }
       const decisions = await Promise.all(
         keys.map(async (k) => {
-          const [a, b] = await Promise.all([store.claimEvent(`mine-${k}`, T0, LEASE), other.claimEvent(`theirs-${k}`, T0, LEASE)]);
+          const [a, b] = await Promise.all([claimOne(store, `mine-${k}`, T0, LEASE), claimOne(other, `theirs-${k}`, T0, LEASE)]);
           return Promise.all([store.beginEffect(a!.lease, 1, start('licence', k), T0, LEASE), other.beginEffect(b!.lease, 1, start('licence', k), T0, LEASE)]);
         }),
       );
@@ -586,7 +607,7 @@ describe.each(backends)('$name store contract', (backend) => {
         // The drain crashed in the retry: the lease expires, another drain claims it and runs it again.
         const crashed = await store.beginEffect(e1.lease, 2, start('licence', 'k'), T0, LEASE);
         expect(crashed).toMatchObject({ action: 'run', runKey: 'licence:k' });
-        const again = await store.claimEvent('drain-b', T0 + LEASE, LEASE);
+        const again = await claimOne(store, 'drain-b', T0 + LEASE, LEASE);
         expect(again?.id).toBe(e1.id);
         expect(await run(again!, start('licence', 'k'), 'ok', T0 + LEASE)).toBe('licence:k');
         await store.completeEvent(again!.lease, T0 + LEASE);
@@ -594,25 +615,25 @@ describe.each(backends)('$name store contract', (backend) => {
 
         // replay --force: a run of its own, whose failure and crash repeat it under the same key.
         await store.replayEvents([e1.id], { force: true, now: T0 + LEASE });
-        const f1 = await store.claimEvent('drain-c', T0 + LEASE, LEASE);
+        const f1 = await claimOne(store, 'drain-c', T0 + LEASE, LEASE);
         const forced = (extra: Partial<EffectStart> = {}) => start('licence', 'k', { force: true, ...extra });
         expect(await run(f1!, forced(), 'failed', T0 + LEASE)).toBe('licence:k#forced-1');
         const crash = await store.beginEffect(f1!.lease, f1!.attempt, forced(), T0 + LEASE, LEASE);
         expect(crash).toMatchObject({ action: 'run', runKey: 'licence:k#forced-1', wasDone: true });
-        const f2 = await store.claimEvent('drain-d', T0 + 2 * LEASE, LEASE);
+        const f2 = await claimOne(store, 'drain-d', T0 + 2 * LEASE, LEASE);
         expect(await run(f2!, forced(), 'ok', T0 + 2 * LEASE)).toBe('licence:k#forced-1');
         await store.completeEvent(f2!.lease, T0 + 2 * LEASE);
 
         // Another forced replay: a new key, unlike the first run's and the earlier forced run's.
         await store.replayEvents([e1.id], { force: true, now: T0 + 2 * LEASE });
-        const f3 = await store.claimEvent('drain-e', T0 + 2 * LEASE, LEASE);
+        const f3 = await claimOne(store, 'drain-e', T0 + 2 * LEASE, LEASE);
         const third = await run(f3!, forced(), 'ok', T0 + 2 * LEASE);
         expect(third).toMatch(/^licence:k#forced-\d+$/);
         expect(third).not.toBe('licence:k#forced-1');
         // A plain replay after it: the key is done, nothing runs, no run key.
         await store.completeEvent(f3!.lease, T0 + 2 * LEASE);
         await store.replayEvents([e1.id], { force: false, now: T0 + 2 * LEASE });
-        const plain = await store.claimEvent('drain-f', T0 + 2 * LEASE, LEASE);
+        const plain = await claimOne(store, 'drain-f', T0 + 2 * LEASE, LEASE);
         expect(await store.beginEffect(plain!.lease, plain!.attempt, start('licence', 'k'), T0 + 2 * LEASE, LEASE)).toMatchObject({ action: 'skipped' });
         expect(await runKeys(e1.id)).toEqual([
           'licence:k',
@@ -636,19 +657,19 @@ describe.each(backends)('$name store contract', (backend) => {
 
         await store.replayEvents([e1.id], { force: true, now: T0 });
         const forced = (route: string) => start(route, 'k', { force: true });
-        const f1 = await store.claimEvent('drain-b', T0, LEASE);
+        const f1 = await claimOne(store, 'drain-b', T0, LEASE);
         expect(await run(f1!, forced('licence'))).toBe('licence:k#forced-1');
         expect(await run(f1!, forced('mail'), 'failed')).toBe('mail:k#forced-1');
         await store.retryEvent(f1!.lease, 'mail failed', T0);
         // The retry: licence already ran in this replay (skipped), mail repeats its own forced run.
-        const f2 = await store.claimEvent('drain-c', T0, LEASE);
+        const f2 = await claimOne(store, 'drain-c', T0, LEASE);
         expect(await store.beginEffect(f2!.lease, f2!.attempt, forced('licence'), T0, LEASE)).toMatchObject({ action: 'skipped' });
         expect(await run(f2!, forced('mail'))).toBe('mail:k#forced-1');
         await store.completeEvent(f2!.lease, T0);
 
         // A new forced replay runs both again, each under a new key.
         await store.replayEvents([e1.id], { force: true, now: T0 });
-        const f3 = await store.claimEvent('drain-d', T0, LEASE);
+        const f3 = await claimOne(store, 'drain-d', T0, LEASE);
         expect(await run(f3!, forced('licence'))).toBe('licence:k#forced-2');
         expect(await run(f3!, forced('mail'))).toMatch(/^mail:k#forced-\d+$/);
         expect((await store.getEvent(e1.id))!.effects).toMatchObject([
@@ -710,7 +731,7 @@ describe.each(backends)('$name store contract', (backend) => {
 
     it('beginEffect after the lease was lost records nothing', async () => {
       const { id, lease } = await claimed('a', 'old');
-      await store.claimEvent('new', T0 + LEASE, LEASE);
+      await claimOne(store, 'new', T0 + LEASE, LEASE);
       expect(await store.beginEffect(lease, 1, start('licence', 'k'), T0 + LEASE, LEASE)).toEqual({ action: 'lost' });
       expect((await store.getEvent(id))!.attemptRows).toEqual([]);
     });
@@ -908,8 +929,8 @@ describe.each(backends)('$name store contract', (backend) => {
       const other = await o.another();
       await store.ingest(event('a'));
       await store.ingest(event('b'));
-      const a = await store.claimEvent('mine', T0, LEASE);
-      const b = await other.claimEvent('theirs', T0, LEASE);
+      const a = await claimOne(store, 'mine', T0, LEASE);
+      const b = await claimOne(other, 'theirs', T0, LEASE);
       let entered!: () => void;
       const inside = new Promise<void>((r) => (entered = r));
       let release!: () => void;
@@ -931,7 +952,7 @@ describe.each(backends)('$name store contract', (backend) => {
 
     it('runs nothing when the lease was lost before it started', async () => {
       const { lease } = await claimed('a', 'old');
-      await store.claimEvent('new', T0 + LEASE, LEASE);
+      await claimOne(store, 'new', T0 + LEASE, LEASE);
       let ran = false;
       const out = await store.runTransactionalEffect(
         lease,
@@ -1076,7 +1097,7 @@ describe.each(backends)('$name store contract', (backend) => {
       const ok = await store.replayEvents([done], { force: true, now: T0 });
       expect(ok).toEqual({ replayed: [{ eventId: done, source: 'shop', deliveryId: 'done', previousStatus: 'done', force: true }], refused: [] });
       expect(await store.getEvent(done)).toMatchObject({ status: 'pending', attempts: 0, nextAttemptAt: T0, forceEffects: true, finishedAt: null });
-      expect((await store.claimEvent('d', T0, LEASE))?.forceEffects).toBe(true);
+      expect((await claimOne(store, 'd', T0, LEASE))?.forceEffects).toBe(true);
 
       const deadReplay = await store.replayDead({ force: false, now: T0 });
       expect(deadReplay.replayed.map((r) => [r.eventId, r.previousStatus])).toEqual([[dead, 'dead']]);
@@ -1203,6 +1224,65 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await search('"s3"')).events.map((e) => e.id)).toEqual([ids[3]]);
     });
 
+    it('finds a delivery id by its stored forms (an exact id in one source or any, a suffix in one source), and lists by origin', async () => {
+      const guid = '6f1e2d3c-aaaa-bbbb-cccc-0123456789ab';
+      const a = (await store.ingest(event(`111:${guid}`, undefined, { source: 'gh' }))).eventId;
+      const b = (await store.ingest(event(`222:${guid}`, undefined, { source: 'gh' }))).eventId;
+      const c = (await store.ingest(event(guid, undefined, { source: 'shop', origin: 'test' }))).eventId;
+      // A suffix longer than a stored id, or one in another source, matches nothing.
+      const other = (await store.ingest(event(`:${guid}`, undefined, { source: 'gh' }))).eventId;
+      const ids = async (deliveryIdForms: Parameters<Store['listEvents']>[0]['deliveryIdForms'], extra = {}) =>
+        (await store.listEvents({ limit: 10, deliveryIdForms, ...extra })).map((e) => e.id);
+      expect(await ids([{ source: 'gh', suffix: `:${guid}` }])).toEqual([b, a]);
+      expect(await ids([{ exact: guid }, { source: 'gh', suffix: `:${guid}` }])).toEqual([c, b, a]);
+      expect(await ids([{ source: 'gh', exact: guid }])).toEqual([]);
+      expect(await ids([{ source: 'gh', exact: `:${guid}` }])).toEqual([other]);
+      expect(await ids([{ source: 'shop', suffix: `:${guid}` }])).toEqual([]);
+      expect(await ids([])).toEqual([]);
+      // With the other filters and the keyset.
+      expect(await ids([{ source: 'gh', suffix: `:${guid}` }], { beforeId: b })).toEqual([a]);
+      expect(await ids([{ exact: guid }, { source: 'gh', suffix: `:${guid}` }], { origin: 'test' })).toEqual([c]);
+      expect((await store.listEvents({ limit: 10, origin: 'webhook' })).map((e) => e.id)).toEqual([other, b, a]);
+      expect((await store.listEvents({ limit: 10, origin: 'catch-up' })).map((e) => e.id)).toEqual([]);
+      expect((await store.listEvents({ limit: 1 }))[0]!.origin).toBe('webhook');
+    });
+
+    it('near matches for a delivery id never received: containing it or its beginning, ignoring ASCII case, newest first, among the newest', async () => {
+      const mk = async (deliveryId: string, source = 'shop') => (await store.ingest(event(deliveryId, undefined, { source }))).eventId;
+      const a = await mk('123:ABCDEF12-3456-7890', 'gh');
+      const b = await mk('evt_1PqRsT2eZvKYlo2C');
+      const c = await mk('evt_1PqRsT2eZvKYlo2C_other');
+      await mk('unrelated');
+      await mk('50%_off');
+      const near = async (given: string, o: { source?: string; limit?: number; scanLimit?: number } = {}) =>
+        (await store.nearDeliveryIds(given, { limit: o.limit ?? 5, scanLimit: o.scanLimit ?? 1000, source: o.source })).map((m) => m.id);
+      expect(await near('abcdef12-3456-7890')).toEqual([a]);
+      expect(await store.nearDeliveryIds('abcdef12-3456-7890', { limit: 5, scanLimit: 1000 })).toEqual([
+        { id: a, source: 'gh', deliveryId: '123:ABCDEF12-3456-7890' },
+      ]);
+      // A paste cut or mistyped at its end: found by its first characters.
+      expect(await near('evt_1PqRsT2eZvKYlo2X')).toEqual([c, b]);
+      expect(await near('evt_1PqRsT2eZvKYlo2X', { limit: 1 })).toEqual([c]);
+      expect(await near('evt_1PqRsT2eZvKYlo2X', { source: 'gh' })).toEqual([]);
+      // Only the newest `scanLimit` are read.
+      expect(await near('abcdef12-3456-7890', { scanLimit: 4 })).toEqual([]);
+      // LIKE's own characters are plain.
+      expect(await near('%')).toEqual([(await store.listEvents({ limit: 1 }))[0]!.id]);
+      expect(await near('nothing-like-it')).toEqual([]);
+    });
+
+    it("keeps the admin pages' sessions: live until they expire or end; a login forgets the expired ones", async () => {
+      await store.startAdminSession('s1', T0 + 1000, T0);
+      await store.startAdminSession('s2', T0 + 5000, T0);
+      expect(await store.isAdminSessionLive('s1', T0 + 999)).toBe(true);
+      expect(await store.isAdminSessionLive('s1', T0 + 1000)).toBe(false);
+      expect(await store.isAdminSessionLive('unknown', T0)).toBe(false);
+      await store.endAdminSession('s2');
+      expect(await store.isAdminSessionLive('s2', T0)).toBe(false);
+      await store.startAdminSession('s3', T0 + 9000, T0 + 2000);
+      expect(await o.rows('SELECT id FROM admin_sessions ORDER BY id')).toEqual([{ id: 's3' }]);
+    });
+
     it('counts deliveries per hour by outcome and failed attempts per route, within the window only', async () => {
       const HOUR = 3_600_000;
       const now = T0 + 48 * HOUR;
@@ -1268,7 +1348,7 @@ describe.each(backends)('$name store contract', (backend) => {
         { delivery_id: 'evt_1', origin: 'catch-up', status: 'pending', duplicates: 0 },
       ]);
       expect(await o.rows(`SELECT count(*) AS n FROM conflicts`)).toEqual([{ n: 0 }]);
-      const c = await store.claimEvent('drain-a', T0, LEASE);
+      const c = await claimOne(store, 'drain-a', T0, LEASE);
       expect(c?.id).toBe(first.eventId);
       // An unrouted fetched event is done at once, as ingest stores it.
       const unrouted = await store.storeFetched(fetched('evt_2', undefined, { unrouted: 'licence: event type "charge.refunded" not in [invoice.paid]' }));

@@ -81,8 +81,8 @@ describe('GroupCommit: batches in flight', () => {
     }
     expect(calls.map((c) => c.items)).toEqual(expected);
     // Committing them in order lets the rest through; each request gets its own result.
-    let drained = false;
-    void group.drain().then(() => (drained = true));
+    let settled = false;
+    void group.settled().then(() => (settled = true));
     for (let i = 0; i < 3 && calls[i] !== undefined; i++) {
       calls[i]?.done(calls[i]?.items.map((x) => x * 10) ?? []);
       await nextTurn();
@@ -91,7 +91,7 @@ describe('GroupCommit: batches in flight', () => {
     expect(await Promise.all(results)).toEqual([0, 10, 20]);
     expect(calls.flatMap((c) => c.items)).toEqual([0, 1, 2]);
     await nextTurn();
-    expect(drained).toBe(true);
+    expect(settled).toBe(true);
   });
 
   it('commit is told when the oldest item of its batch was submitted, not when the batch was posted', async () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { compareVersions, decideEffect, newerVersion } from '../../src/store/ledger.js';
+import { compareVersions, decideEffect, newerVersion } from '../../src/store/drain/ledger.js';
 import type { EffectStart, LedgerRow } from '../../src/store/drain-types.js';
 
 const start = (o: Partial<EffectStart> = {}): EffectStart => ({ route: 'r', businessKey: 'k', effectKey: 'r:k', runToken: 't', force: false, ...o });

@@ -1,6 +1,7 @@
 import Database from 'better-sqlite3';
 import { createHash } from 'node:crypto';
 import { openSqlite } from '../../src/store/sqlite/open.js';
+import type { EffectStatus } from '../../src/vocabulary.js';
 
 /**
  * Rows for the purge/replay/events/stats tests, written in SQL so each test sets exactly
@@ -25,6 +26,7 @@ export interface SeedEvent {
   lastError?: string | null;
   duplicates?: number;
   finishedAt?: number | null;
+  origin?: 'webhook' | 'catch-up' | 'test';
 }
 
 /** Opens (creating and migrating) a database file for seeding and inspection. */
@@ -61,7 +63,7 @@ export function insertEvent(db: Database.Database, e: SeedEvent): number {
       e.finishedAt ?? (e.status === 'done' || e.status === 'dead' ? e.receivedAt + 1000 : null),
     );
   const id = Number(r.lastInsertRowid);
-  db.prepare(`UPDATE events SET response_body = ? WHERE id = ?`).run(JSON.stringify({ status: 'accepted', id }), id);
+  db.prepare(`UPDATE events SET response_body = ?, origin = ? WHERE id = ?`).run(JSON.stringify({ status: 'accepted', id }), e.origin ?? 'webhook', id);
   return id;
 }
 
@@ -99,7 +101,7 @@ export function insertAttempt(
   );
 }
 
-export function insertEffect(db: Database.Database, e: { effectKey: string; eventId: number; status?: 'running' | 'done' | 'failed'; at: number }): void {
+export function insertEffect(db: Database.Database, e: { effectKey: string; eventId: number; status?: EffectStatus; at: number }): void {
   const [route, ...rest] = e.effectKey.split(':');
   db.prepare(`INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, started_at, finished_at) VALUES (?, ?, ?, ?, ?, 1, ?, ?)`).run(
     e.effectKey,

@@ -4,6 +4,7 @@ import { callHandler, type ModuleHandler } from '../../src/effects/module.js';
 import type { ClaimedEvent, EffectStart } from '../../src/store/drain-types.js';
 import { openStore } from '../../src/store/open.js';
 import type { Store } from '../../src/store/types.js';
+import { claimOne } from '../helpers.js';
 import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
 
 /**
@@ -49,7 +50,7 @@ describe.runIf(pgOk)('module effect statements on PostgreSQL', () => {
       successStatus: 202,
       onConflict: 'reject',
     });
-    const event = await store.claimEvent('test#1', Date.now(), LEASE_MS);
+    const event = await claimOne(store, 'test#1', Date.now(), LEASE_MS);
     if (event === undefined) throw new Error('nothing to claim');
     return event;
   }

@@ -8,6 +8,7 @@ import { PostgresStore } from '../../src/store/postgres/index.js';
 import { LATEST_VERSION, migrations } from '../../src/store/postgres/migrations.js';
 import { openSqlite } from '../../src/store/sqlite/open.js';
 import type { NewEvent } from '../../src/store/types.js';
+import { claimOne } from '../helpers.js';
 import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
 
 /**
@@ -229,7 +230,7 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
       const other = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
       await store.ingest(event('a'));
       await store.ingest(event('b'));
-      const a = await store.claimEvent('mine', T0, LEASE);
+      const a = await claimOne(store, 'mine', T0, LEASE);
       const g = gated();
       const run = store.runTransactionalEffect(
         a!.lease,
@@ -241,7 +242,7 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
       );
       await g.inside;
       expect((await other.ingest(event('a'))).outcome).toBe('duplicate');
-      expect((await other.claimEvent('theirs', T0, LEASE))?.deliveryId).toBe('b');
+      expect((await claimOne(other, 'theirs', T0, LEASE))?.deliveryId).toBe('b');
       g.release();
       expect(await run).toMatchObject({ action: 'ok' });
       await store.close();
@@ -253,7 +254,7 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
       const store = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
       const other = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
       await store.ingest(event('a'));
-      const a = await store.claimEvent('slow', T0, LEASE);
+      const a = await claimOne(store, 'slow', T0, LEASE);
       const g = gated();
       const run = store.runTransactionalEffect(
         a!.lease,
@@ -265,7 +266,7 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
       );
       await g.inside;
       // The slow drain's lease expires; another receiver takes the event.
-      expect((await other.claimEvent('fast', T0 + 2 * LEASE, LEASE))?.lease.owner).toBe('fast');
+      expect((await claimOne(other, 'fast', T0 + 2 * LEASE, LEASE))?.lease.owner).toBe('fast');
       g.release();
       expect(await run).toEqual({ action: 'lost' });
       expect(await db.query('SELECT key FROM licences')).toEqual([]);
@@ -280,8 +281,8 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
       const other = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
       await store.ingest(event('a'));
       await store.ingest(event('b'));
-      const a = await store.claimEvent('mine', T0, LEASE);
-      const b = await other.claimEvent('theirs', T0, LEASE);
+      const a = await claimOne(store, 'mine', T0, LEASE);
+      const b = await claimOne(other, 'theirs', T0, LEASE);
       const g = gated();
       const start = { route: 'licence', businessKey: 'k', effectKey: 'licence:k', runToken: 't', force: false };
       const first = store.runTransactionalEffect(a!.lease, 1, start, g.handler, () => T0, LEASE);

@@ -71,4 +71,34 @@ describe('SQLite schema and migrations', () => {
     ]);
     db.close();
   });
+
+  it('version 6 lets origin be test without rewriting a row: the CHECK widens in place, a connection opened before sees it, nothing else is allowed', () => {
+    const file = join(tmp.dir, 'v5.db');
+    const raw = new Database(file);
+    for (const m of migrations.filter((x) => x.version <= 5)) raw.exec(m.sql);
+    raw.pragma('user_version = 5');
+    const insert = (db: Database.Database, id: string, origin: string) =>
+      db
+        .prepare(
+          `INSERT INTO events (source, delivery_id, event_type, received_at, body_sha256, response_status, next_attempt_at, origin) VALUES ('s', ?, 't', 1, 'a', 202, 1, ?)`,
+        )
+        .run(id, origin);
+    insert(raw, 'fetched', 'catch-up');
+    expect(() => insert(raw, 'early', 'test')).toThrow(/CHECK constraint failed/);
+    const root = () => raw.prepare(`SELECT rootpage FROM sqlite_schema WHERE name = 'events'`).pluck().get();
+    const before = root();
+    const db = openSqlite(file, { busyTimeoutMs: 100 });
+    expect(db.pragma('user_version', { simple: true })).toBe(LATEST_VERSION);
+    insert(raw, 'sent-test', 'test');
+    expect(() => insert(db, 'other', 'email')).toThrow(/CHECK constraint failed: origin IN \('webhook', 'catch-up', 'test'\)/);
+    expect(db.prepare('SELECT delivery_id, origin FROM events ORDER BY id').all()).toEqual([
+      { delivery_id: 'fetched', origin: 'catch-up' },
+      { delivery_id: 'sent-test', origin: 'test' },
+    ]);
+    expect(db.pragma('integrity_check', { simple: true })).toBe('ok');
+    // The table was not copied into a new one: its b-tree is where it was.
+    expect(root()).toBe(before);
+    raw.close();
+    db.close();
+  });
 });

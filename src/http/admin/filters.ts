@@ -1,7 +1,9 @@
+import { deliveryIdForms } from '../../delivery-ids.js';
 import { ReceiverError } from '../../errors.js';
-import type { ListEventsQuery } from '../../store/ops-types.js';
-import { EVENT_STATUSES, type EventStatus } from '../../vocabulary.js';
+import type { ResolvedSource } from '../../providers/types.js';
+import type { ListEventsQuery, SearchEventsQuery } from '../../store/ops-types.js';
 import { parseTime } from '../../time.js';
+import { EVENT_ORIGINS, EVENT_STATUSES, isOneOf, type EventOrigin, type EventStatus } from '../../vocabulary.js';
 
 /**
  * The events list's filters, read from a query string: the same names for the page's form
@@ -10,10 +12,16 @@ import { parseTime } from '../../time.js';
 export interface EventFilters {
   status?: EventStatus | undefined;
   source?: string | undefined;
+  origin?: EventOrigin | undefined;
+  /** The exact type, or a pattern when it has `*` (any characters) or `?` (one), as `events list --type`. */
   type?: string | undefined;
   delivery?: string | undefined;
-  /** How `delivery` matches: the whole id (default) or its beginning. */
+  /** How `delivery` matches: the whole id, as stored or as the sender shows it (default), or the stored id's beginning. */
   match: 'exact' | 'prefix';
+  /** Events whose body contains this text (exact bytes, case-sensitive), as `events list --search`. */
+  search?: string | undefined;
+  /** `search` reads the bodies of at most this many newest events matching the other filters. */
+  scanLimit: number;
   /** Received at or after (ms). */
   from?: number | undefined;
   /** Received before (ms). */
@@ -25,6 +33,10 @@ export interface EventFilters {
 
 export const DEFAULT_PAGE_SIZE = 50;
 export const MAX_PAGE_SIZE = 500;
+/** A body search reads this many bodies at most by default, as `events list --search`. */
+export const DEFAULT_SCAN_LIMIT = 10_000;
+/** And at most this many when asked (`scan`): one request from the pages stays bounded. */
+export const MAX_SCAN_LIMIT = 100_000;
 
 const usage = (message: string) => new ReceiverError('usage', message);
 
@@ -42,6 +54,12 @@ export function parseFilters(query: (name: string) => string | undefined): Event
   const status = get('status');
   if (status !== undefined && !(EVENT_STATUSES as readonly string[]).includes(status))
     throw usage(`status: "${status}" is not one of ${EVENT_STATUSES.join(', ')}`);
+  const origin = get('origin');
+  if (origin !== undefined && !isOneOf(EVENT_ORIGINS, origin)) throw usage(`origin: "${origin}" is not one of ${EVENT_ORIGINS.join(', ')}`);
+  const search = query('search');
+  if (search !== undefined && search !== '' && search.length > 1000) throw usage('search: at most 1000 characters');
+  const scan = get('scan');
+  if (scan !== undefined && (search === undefined || search === '')) throw usage('scan: bounds a body search (search), which is not given');
   const match = get('match') ?? 'exact';
   if (match !== 'exact' && match !== 'prefix') throw usage(`match: "${match}" is not exact or prefix`);
   const from = get('from');
@@ -51,9 +69,13 @@ export function parseFilters(query: (name: string) => string | undefined): Event
   return {
     status: status as EventStatus | undefined,
     source: get('source'),
+    origin,
     type: get('type'),
-    delivery: get('delivery'),
+    delivery: get('delivery')?.trim(),
     match,
+    // Searched as typed: spaces at either end may be part of what is looked for.
+    search: search === undefined || search === '' ? undefined : search,
+    scanLimit: scan === undefined ? DEFAULT_SCAN_LIMIT : positive('scan', scan, MAX_SCAN_LIMIT),
     from: from === undefined ? undefined : parseTime('from', from),
     to: to === undefined ? undefined : parseTime('to', to),
     before: before === undefined ? undefined : positive('before', before),
@@ -61,13 +83,23 @@ export function parseFilters(query: (name: string) => string | undefined): Event
   };
 }
 
-/** The store query for one page; one row more than shown, to know whether an older page exists. */
-export function toListQuery(f: EventFilters): ListEventsQuery {
+/**
+ * The store query for one page; one row more than shown, to know whether an older page
+ * exists. A whole delivery id is looked for in every form it may be stored in (`sources`:
+ * the configured ones, see src/delivery-ids.ts).
+ */
+export function toListQuery(f: EventFilters, sources: ReadonlyMap<string, ResolvedSource>): ListEventsQuery {
+  const pattern = f.type !== undefined && /[*?]/.test(f.type);
   return {
     status: f.status,
     source: f.source,
-    eventType: f.type,
-    ...(f.delivery === undefined ? {} : f.match === 'prefix' ? { deliveryIdPrefix: f.delivery } : { deliveryId: f.delivery }),
+    origin: f.origin,
+    ...(pattern ? { eventTypeGlob: f.type } : { eventType: f.type }),
+    ...(f.delivery === undefined
+      ? {}
+      : f.match === 'prefix'
+        ? { deliveryIdPrefix: f.delivery }
+        : { deliveryIdForms: deliveryIdForms(sources, f.delivery, f.source) }),
     receivedFrom: f.from,
     receivedBefore: f.to,
     beforeId: f.before,
@@ -75,14 +107,22 @@ export function toListQuery(f: EventFilters): ListEventsQuery {
   };
 }
 
+/** toListQuery with the body search, when the filters have one. */
+export function toSearchQuery(f: EventFilters, sources: ReadonlyMap<string, ResolvedSource>): SearchEventsQuery | undefined {
+  return f.search === undefined ? undefined : { ...toListQuery(f, sources), bodyContains: f.search, scanLimit: f.scanLimit };
+}
+
 /** The query string of these filters (without the cursor unless given), for links to other pages. */
 export function filtersQuery(f: EventFilters, before?: number): string {
   const q = new URLSearchParams();
   if (f.status !== undefined) q.set('status', f.status);
   if (f.source !== undefined) q.set('source', f.source);
+  if (f.origin !== undefined) q.set('origin', f.origin);
   if (f.type !== undefined) q.set('type', f.type);
   if (f.delivery !== undefined) q.set('delivery', f.delivery);
   if (f.match !== 'exact') q.set('match', f.match);
+  if (f.search !== undefined) q.set('search', f.search);
+  if (f.scanLimit !== DEFAULT_SCAN_LIMIT) q.set('scan', String(f.scanLimit));
   if (f.from !== undefined) q.set('from', new Date(f.from).toISOString());
   if (f.to !== undefined) q.set('to', new Date(f.to).toISOString());
   if (f.limit !== DEFAULT_PAGE_SIZE) q.set('limit', String(f.limit));

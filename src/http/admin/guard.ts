@@ -50,3 +50,21 @@ export function fromAnotherOrigin(c: Context): boolean {
 export function overHttps(c: Context): boolean {
   return new URL(c.req.url).protocol === 'https:' || c.req.header('x-forwarded-proto')?.split(',')[0]?.trim() === 'https';
 }
+
+/** Whether an address is this host's own (127.0.0.0/8, ::1, or IPv4 loopback written as IPv6). */
+function isLoopback(address: string): boolean {
+  return address === '::1' || /^(::ffff:)?127\./.test(address);
+}
+
+/**
+ * The client's address, for the login throttle: the connection's peer; when the peer is
+ * this host and says X-Forwarded-For (the TLS proxy on the same machine the README sets
+ * up), the address that proxy saw, the list's last entry (the one it appended). A peer
+ * elsewhere is never believed: any client could send the header.
+ */
+export function clientAddress(c: Context): string {
+  const peer = (c.env as { incoming?: { socket?: { remoteAddress?: string } } } | undefined)?.incoming?.socket?.remoteAddress ?? 'unknown';
+  if (!isLoopback(peer)) return peer;
+  const forwarded = c.req.header('x-forwarded-for')?.split(',').at(-1)?.trim();
+  return forwarded === undefined || forwarded === '' ? peer : forwarded;
+}

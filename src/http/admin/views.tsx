@@ -1,17 +1,27 @@
 import type { Child } from 'hono/jsx';
+import { attemptsText, prettyBody, replayMark } from '../../event-text.js';
 import type { detailJson, summaryJson } from '../../json/events.js';
 import type { replayJson } from '../../json/replay.js';
 import type { statsJson } from '../../json/stats.js';
-import type { ConflictRow, RouteFailures } from '../../store/ops-types.js';
-import { EVENT_STATUSES } from '../../vocabulary.js';
+import { printable } from '../../printable.js';
+import type { ConflictRow, NearDeliveryId, RouteFailures } from '../../store/ops-types.js';
+import { EVENT_ORIGINS, EVENT_STATUSES } from '../../vocabulary.js';
 import { DeliveriesChart, type HourBucket } from './chart.js';
-import { filtersQuery, type EventFilters } from './filters.js';
+import { DEFAULT_SCAN_LIMIT, filtersQuery, type EventFilters } from './filters.js';
 
 /**
  * The admin pages, rendered on the server with Hono's JSX. Every value from an event
  * (ids, types, headers, bodies, errors, effect output) goes in as a JSX child or attribute,
  * which Hono escapes: a stored `<script>` is shown as text. Nothing here uses raw HTML.
+ * Before that, each goes through t() or block(): control characters a sender chose (bidi
+ * overrides such as U+202E that reorder what follows, C0 and C1 controls) are shown as
+ * escapes (`\u202e`), as the CLI shows them (src/printable.ts).
  */
+
+/** Sender-chosen text on one line, its control characters escaped. */
+const t = (text: string | null | undefined): string => (text == null ? '' : printable(text));
+/** Sender-chosen text that keeps its lines and tabs (a body, effect output). */
+const block = (text: string): string => printable(text, { keepLines: true });
 
 type Summary = ReturnType<typeof summaryJson>;
 type Detail = ReturnType<typeof detailJson>;
@@ -72,14 +82,14 @@ export function Layout(props: { title: string; csrf?: string | undefined; childr
   );
 }
 
-export function LoginPage(props: { next: string; message?: string | undefined }) {
+export function LoginPage(props: { next: string; message?: { text: string; bad: boolean } | undefined }) {
   return (
     <Layout title="Log in">
       <div class="login">
         <h1>Log in</h1>
         {props.message === undefined ? null : (
-          <p class="notice bad" role="alert">
-            {props.message}
+          <p class={props.message.bad ? 'notice bad' : 'notice'} role={props.message.bad ? 'alert' : 'status'}>
+            {props.message.text}
           </p>
         )}
         <form method="post" action={`${ADMIN}/login`} class="stack">
@@ -111,36 +121,43 @@ export function MessagePage(props: { title: string; message: string; csrf?: stri
   );
 }
 
-/** What a replay did, in words: shown on the page the action returns to. */
-export function ReplayOutcome({ result, dead }: { result: Replay; dead?: boolean }) {
+/** What an action did, in words, and how it went: sealed into the URL of the page it redirects to. */
+export interface Outcome {
+  tone: 'good' | 'bad' | 'neutral';
+  text: string;
+  /** When the action ran (ms): a page reloaded later still says when. */
+  at: number;
+}
+
+/** What a replay did, in words. */
+export function replayOutcome(result: Replay, dead = false): Omit<Outcome, 'at'> {
   if (result.refused.length > 0) {
     const reasons = result.refused.map((r) =>
       r.reason === 'not_found'
         ? `event ${r.id} does not exist (never received, or purged)`
         : r.reason === 'processing'
-          ? `event ${r.id} is being processed right now (lease held by ${r.leaseOwner ?? 'unknown'} until ${r.leaseExpiresAt ?? 'unknown'}); try again when it finishes`
+          ? `event ${r.id} is being processed right now (lease held by ${t(r.leaseOwner ?? 'unknown')} until ${r.leaseExpiresAt ?? 'unknown'}); try again when it finishes`
           : `event ${r.id} has no body any more (dropped by purge --bodies-days), so its effects cannot run again`,
     );
-    return (
-      <div class="notice bad" role="status">
-        Nothing was replayed: {reasons.join('; ')}.
-      </div>
-    );
+    const shown = reasons.slice(0, 10).join('; ');
+    return { tone: 'bad', text: `Nothing was replayed: ${shown}${reasons.length > 10 ? `; and ${reasons.length - 10} more` : ''}.` };
   }
-  if (result.replayed.length === 0) {
-    return (
-      <div class="notice" role="status">
-        {dead === true ? 'No dead events to replay.' : 'Nothing was replayed.'}
-      </div>
-    );
-  }
+  if (result.replayed.length === 0) return { tone: 'neutral', text: dead ? 'No dead events to replay.' : 'Nothing was replayed.' };
   const forced = result.replayed.some((e) => e.force);
+  const which =
+    result.replayed.length === 1 ? `event ${result.replayed[0]!.id} (was ${result.replayed[0]!.previousStatus})` : `${result.replayed.length} events`;
+  return {
+    tone: 'good',
+    text: `Replayed ${which}: back to pending, with a fresh retry count; the running server drains it within seconds. ${forced ? 'Forced: effects already done run again, recorded as forced.' : 'Effects already done stay skipped.'}`,
+  };
+}
+
+/** An action's outcome at the top of the page it led to. */
+export function OutcomeNotice({ outcome }: { outcome: Outcome | undefined }) {
+  if (outcome === undefined) return null;
   return (
-    <div class="notice good" role="status">
-      Replayed{' '}
-      {result.replayed.length === 1 ? `event ${result.replayed[0]!.id} (was ${result.replayed[0]!.previousStatus})` : `${result.replayed.length} events`}: back
-      to pending, with a fresh retry count; the running server drains it within seconds.{' '}
-      {forced ? 'Forced: effects already done run again, recorded as forced.' : 'Effects already done stay skipped.'}
+    <div class={outcome.tone === 'neutral' ? 'notice' : `notice ${outcome.tone}`} role="status">
+      {outcome.text} <span class="muted">({when(new Date(outcome.at).toISOString())})</span>
     </div>
   );
 }
@@ -162,14 +179,14 @@ export interface OverviewData {
   now: number;
 }
 
-export function OverviewPage(props: { data: OverviewData; csrf: string; outcome?: Child }) {
+export function OverviewPage(props: { data: OverviewData; csrf: string; outcome?: Outcome | undefined }) {
   const { stats: s, failures } = props.data;
   const received = s.events.total + s.duplicates;
   const ratio = received === 0 ? '0 %' : `${((s.duplicates / received) * 100).toFixed(1)} %`;
   return (
     <Layout title="Overview" csrf={props.csrf}>
       <h1>Overview</h1>
-      {props.outcome}
+      <OutcomeNotice outcome={props.outcome} />
       <section aria-labelledby="counts">
         <h2 id="counts">Events</h2>
         <div class="cards">
@@ -205,7 +222,7 @@ export function OverviewPage(props: { data: OverviewData; csrf: string; outcome?
         {failures.length === 0 ? (
           <p class="muted">No failed effect attempts.</p>
         ) : (
-          <table>
+          <table class="stack">
             <thead>
               <tr>
                 <th scope="col">Route</th>
@@ -218,9 +235,13 @@ export function OverviewPage(props: { data: OverviewData; csrf: string; outcome?
             <tbody>
               {failures.map((f) => (
                 <tr>
-                  <td class="mono">{f.route}</td>
-                  <td class="num">{f.failures}</td>
-                  <td>{when(new Date(f.lastFailedAt).toISOString())}</td>
+                  <td class="mono" data-label="Route">
+                    {t(f.route)}
+                  </td>
+                  <td class="num" data-label="Failed attempts">
+                    {f.failures}
+                  </td>
+                  <td data-label="Last failure">{when(new Date(f.lastFailedAt).toISOString())}</td>
                 </tr>
               ))}
             </tbody>
@@ -232,7 +253,7 @@ export function OverviewPage(props: { data: OverviewData; csrf: string; outcome?
       </section>
       <section aria-labelledby="sources">
         <h2 id="sources">Sources</h2>
-        <table>
+        <table class="stack">
           <thead>
             <tr>
               <th scope="col">Source</th>
@@ -246,13 +267,15 @@ export function OverviewPage(props: { data: OverviewData; csrf: string; outcome?
           <tbody>
             {s.sources.map((x) => (
               <tr>
-                <td class="mono">
-                  <a href={`${ADMIN}/events?${new URLSearchParams({ source: x.source }).toString()}`}>{x.source}</a>
+                <td class="mono" data-label="Source">
+                  <a href={`${ADMIN}/events?${new URLSearchParams({ source: x.source }).toString()}`}>{t(x.source)}</a>
                   {x.configured ? null : <span class="muted"> (not configured any more)</span>}
                 </td>
-                <td class="num">{x.events}</td>
-                <td>{x.oldestKeyAgeHours === null ? '—' : `${x.oldestKeyAgeHours} h`}</td>
-                <td>
+                <td class="num" data-label="Events">
+                  {x.events}
+                </td>
+                <td data-label="Oldest key">{x.oldestKeyAgeHours === null ? '—' : `${x.oldestKeyAgeHours} h`}</td>
+                <td data-label="Retry horizon">
                   {x.retryHorizonHours === null ? '—' : `${x.retryHorizonHours} h`}
                   {x.keysCoverHorizon === false ? <span class="muted"> (keys younger than the horizon)</span> : null}
                 </td>
@@ -265,13 +288,20 @@ export function OverviewPage(props: { data: OverviewData; csrf: string; outcome?
   );
 }
 
+/** A summary with the delivery id as its sender shows it. */
+export type ListedEvent = Summary & { senderDeliveryId: string };
+
 export function EventsPage(props: {
   filters: EventFilters | undefined;
   error?: string | undefined;
-  events: Summary[];
+  events: ListedEvent[];
   olderThan: number | undefined;
   sources: string[];
   csrf: string;
+  /** The body search read only the newest events: how many. */
+  scanLimitReached?: number | undefined;
+  /** For a delivery id nothing matched: ids like it. */
+  near?: NearDeliveryId[] | undefined;
 }) {
   const f = props.filters;
   const input = (v: number | undefined) => (v === undefined ? '' : new Date(v).toISOString().slice(0, 19));
@@ -294,6 +324,10 @@ export function EventsPage(props: {
             </option>
           </select>
         </label>
+        <label for="f-search">
+          Body contains
+          <input id="f-search" name="search" value={f?.search ?? ''} size={20} placeholder="an e-mail, an order id" />
+        </label>
         <label for="f-source">
           Source
           <input id="f-source" name="source" list="f-sources" value={f?.source ?? ''} size={12} />
@@ -314,9 +348,20 @@ export function EventsPage(props: {
             ))}
           </select>
         </label>
+        <label for="f-origin">
+          Origin
+          <select id="f-origin" name="origin">
+            <option value="">Any</option>
+            {EVENT_ORIGINS.map((o) => (
+              <option value={o} selected={f?.origin === o}>
+                {o}
+              </option>
+            ))}
+          </select>
+        </label>
         <label for="f-type">
           Event type
-          <input id="f-type" name="type" value={f?.type ?? ''} size={16} />
+          <input id="f-type" name="type" value={f?.type ?? ''} size={16} placeholder="exact, or checkout.*" />
         </label>
         <label for="f-from">
           Received from (UTC)
@@ -326,6 +371,7 @@ export function EventsPage(props: {
           Received before (UTC)
           <input id="f-to" name="to" type="datetime-local" step="1" value={input(f?.to)} />
         </label>
+        {f === undefined || f.scanLimit === DEFAULT_SCAN_LIMIT ? null : <input type="hidden" name="scan" value={String(f.scanLimit)} />}
         <button type="submit">Filter</button>
         <a href={`${ADMIN}/events`}>Clear</a>
       </form>
@@ -334,7 +380,39 @@ export function EventsPage(props: {
           {props.error}
         </p>
       )}
-      <table>
+      {props.scanLimitReached === undefined ? null : (
+        <p class="notice" role="status">
+          The body search read the bodies of the {props.scanLimitReached} newest events matching the other filters only; older ones were not searched (narrow
+          with a received time, the source or the type).
+        </p>
+      )}
+      {props.near === undefined || f?.delivery === undefined ? null : (
+        <p class="notice" role="status">
+          No event with delivery id <span class="mono">{t(f.delivery)}</span>
+          {f.source === undefined ? null : (
+            <>
+              {' '}
+              in <span class="mono">{t(f.source)}</span>
+            </>
+          )}
+          {props.near.length === 0 ? (
+            '; no stored delivery id near it among the newest events.'
+          ) : (
+            <>
+              ; near matches:{' '}
+              {props.near.map((m, i) => (
+                <>
+                  {i > 0 ? ', ' : null}
+                  <a href={`${ADMIN}/events/${m.id}`} class="mono">
+                    {t(`${m.source}/${m.deliveryId}`)}
+                  </a>
+                </>
+              ))}
+            </>
+          )}
+        </p>
+      )}
+      <table class="stack events">
         <caption>{props.events.length === 0 ? 'No events match.' : `Newest first; ${props.events.length} shown.`}</caption>
         <thead>
           <tr>
@@ -346,6 +424,7 @@ export function EventsPage(props: {
             <th scope="col">Delivery id</th>
             <th scope="col">Type</th>
             <th scope="col">Status</th>
+            <th scope="col">Origin</th>
             <th scope="col" class="num">
               Attempts
             </th>
@@ -355,20 +434,30 @@ export function EventsPage(props: {
         <tbody>
           {props.events.map((e) => (
             <tr>
-              <td class="num">
+              <td class="num" data-label="Id">
                 <a href={`${ADMIN}/events/${e.id}`}>{e.id}</a>
               </td>
-              <td>{when(e.receivedAt)}</td>
-              <td class="mono">{e.source}</td>
-              <td class="mono">
-                <a href={`${ADMIN}/events/${e.id}`}>{e.deliveryId}</a>
+              <td data-label="Received">{when(e.receivedAt)}</td>
+              <td class="mono" data-label="Source">
+                {t(e.source)}
               </td>
-              <td class="mono">{e.eventType}</td>
-              <td>
+              <td class="mono wrap" data-label="Delivery id">
+                <a href={`${ADMIN}/events/${e.id}`}>{t(e.senderDeliveryId)}</a>
+                {e.senderDeliveryId === e.deliveryId ? null : <div class="muted">stored as {t(e.deliveryId)}</div>}
+              </td>
+              <td class="mono wrap" data-label="Type">
+                {t(e.eventType)}
+              </td>
+              <td data-label="Status">
                 <Status status={e.status} />
               </td>
-              <td class="num">{e.attempts}</td>
-              <td>{e.lastError === null ? '' : e.lastError.length > 90 ? `${e.lastError.slice(0, 89)}…` : e.lastError}</td>
+              <td data-label="Origin">{e.origin}</td>
+              <td class="num" data-label="Attempts">
+                {e.attempts}
+              </td>
+              <td class="wrap" data-label="Last error">
+                {t(e.lastError)}
+              </td>
             </tr>
           ))}
         </tbody>
@@ -381,21 +470,85 @@ export function EventsPage(props: {
   );
 }
 
-/** The body pretty-printed when it is JSON; undefined when it is not (then the raw text is the view). */
-export function prettyJson(body: string | null, encoding: string | null): string | undefined {
-  if (body === null || encoding !== 'utf8') return undefined;
-  try {
-    return JSON.stringify(JSON.parse(body), null, 2);
-  } catch {
-    return undefined;
-  }
-}
-
 const utf8 = new TextDecoder('utf-8', { fatal: false });
 
-export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf: string; outcome?: Child }) {
+/**
+ * What can be done to the whole event. Each form posts, and the answer is a redirect
+ * back to this page with the outcome (never a page at the POST's own address, which a
+ * reload would send again).
+ */
+function EventActions({ id, csrf }: { id: number; csrf: string }) {
+  return (
+    <section aria-labelledby="actions">
+      <h2 id="actions">Actions</h2>
+      <div class="actions">
+        <form method="post" action={`${ADMIN}/events/${id}/replay`}>
+          <Csrf token={csrf} />
+          <p>Put this event back to pending: the drain runs its routes again; effects already done stay skipped.</p>
+          <button type="submit">Replay event {id}</button>
+        </form>
+        <form method="post" action={`${ADMIN}/events/${id}/replay`}>
+          <Csrf token={csrf} />
+          <input type="hidden" name="force" value="1" />
+          <label class="check" for="confirm-force">
+            <input id="confirm-force" type="checkbox" name="confirm" value="yes" required />
+            <span>
+              I understand: force runs again every effect of this event whose key is already done (for example, the licence email is sent a second time). The
+              attempts are recorded as forced.
+            </span>
+          </label>
+          <button type="submit" class="danger">
+            Replay event {id} with force
+          </button>
+        </form>
+      </div>
+    </section>
+  );
+}
+
+function AttemptRows({ e }: { e: Detail }) {
+  return (
+    <>
+      {e.attemptLog.map((a, i) => {
+        const mark = replayMark(e.attemptLog, i);
+        return (
+          <>
+            {mark === undefined ? null : (
+              <tr class="replay-mark">
+                <td colspan={6}>{mark[0]!.toUpperCase() + mark.slice(1)}</td>
+              </tr>
+            )}
+            <tr>
+              <td class="num" data-label="#">
+                {a.number}
+              </td>
+              <td data-label="Started">{when(a.startedAt)}</td>
+              <td class="mono" data-label="Route">
+                {t(a.route)}
+              </td>
+              <td class="mono wrap" data-label="Effect key">
+                {t(a.effectKey)}
+                {a.runKey === null || a.runKey === a.effectKey ? null : <div class="muted">run key {t(a.runKey)}</div>}
+              </td>
+              <td data-label="Outcome">
+                {a.outcome}
+                {a.forced ? ' (forced)' : null}
+              </td>
+              <td class="wrap" data-label="Error and output">
+                {a.error === null ? null : <div>{t(a.error)}</div>}
+                {a.output === null || a.output.trim() === '' ? null : <pre aria-label="Effect output">{block(a.output)}</pre>}
+              </td>
+            </tr>
+          </>
+        );
+      })}
+    </>
+  );
+}
+
+export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf: string; outcome?: Outcome | undefined }) {
   const e = props.event;
-  const pretty = prettyJson(e.body, e.bodyEncoding);
+  const pretty = prettyBody(e);
   const rawHref = `${ADMIN}/events/${e.id}/body`;
   return (
     <Layout title={`Event ${e.id}`} csrf={props.csrf}>
@@ -403,9 +556,9 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
         <a href={`${ADMIN}/events`}>All events</a>
       </p>
       <h1>
-        Event {e.id}: <span class="mono">{e.source}</span> / <span class="mono">{e.deliveryId}</span>
+        Event {e.id}: <span class="mono">{t(e.source)}</span> / <span class="mono">{t(e.senderDeliveryId)}</span>
       </h1>
-      {props.outcome}
+      <OutcomeNotice outcome={props.outcome} />
       <dl class="facts">
         <dt>Status</dt>
         <dd>
@@ -413,13 +566,20 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
           {e.status === 'processing' ? (
             <>
               {' '}
-              lease held by {e.leaseOwner ?? '?'} until {when(e.leaseExpiresAt)}
+              lease held by {t(e.leaseOwner ?? '?')} until {when(e.leaseExpiresAt)}
             </>
           ) : null}
           {e.forceEffects ? ' (replayed with force: effects already done will run again)' : null}
         </dd>
+        <dt>Delivery id</dt>
+        <dd class="mono">
+          {t(e.senderDeliveryId)}
+          {e.senderDeliveryId === e.deliveryId ? null : <span class="muted"> (as the sender shows it; stored as {t(e.deliveryId)})</span>}
+        </dd>
+        <dt>Origin</dt>
+        <dd>{e.origin}</dd>
         <dt>Event type</dt>
-        <dd class="mono">{e.eventType}</dd>
+        <dd class="mono">{t(e.eventType)}</dd>
         <dt>Received</dt>
         <dd>
           {when(e.receivedAt)}
@@ -427,7 +587,7 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
         </dd>
         <dt>Attempts</dt>
         <dd>
-          {e.attempts}
+          {attemptsText(e.attempts, e.attemptLog)}
           {e.status === 'pending' ? <>, next at {when(e.nextAttemptAt)}</> : null}
         </dd>
         <dt>Finished</dt>
@@ -435,7 +595,7 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
         <dt>Answered</dt>
         <dd>HTTP {e.responseStatus}</dd>
         <dt>Last error</dt>
-        <dd>{e.lastError ?? <span class="muted">none</span>}</dd>
+        <dd>{e.lastError === null ? <span class="muted">none</span> : t(e.lastError)}</dd>
         {e.routeDecisions !== null || (e.status === 'done' && e.attempts === 0) ? (
           <>
             <dt>Routes</dt>
@@ -446,7 +606,7 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
               {e.routeDecisions === null ? null : (
                 <ul aria-label="Route decisions" class="mono">
                   {e.routeDecisions.map((d) => (
-                    <li>{d}</li>
+                    <li>{t(d)}</li>
                   ))}
                 </ul>
               )}
@@ -455,45 +615,22 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
         ) : null}
       </dl>
 
-      <section aria-labelledby="actions">
-        <h2 id="actions">Actions</h2>
-        <div class="actions">
-          <form method="post" action={`${ADMIN}/events/${e.id}/replay`}>
-            <Csrf token={props.csrf} />
-            <p>Put this event back to pending: the drain runs its routes again; effects already done stay skipped.</p>
-            <button type="submit">Replay event {e.id}</button>
-          </form>
-          <form method="post" action={`${ADMIN}/events/${e.id}/replay`}>
-            <Csrf token={props.csrf} />
-            <input type="hidden" name="force" value="1" />
-            <label class="check" for="confirm-force">
-              <input id="confirm-force" type="checkbox" name="confirm" value="yes" required />
-              <span>
-                I understand: force runs again every effect of this event whose key is already done (for example, the licence email is sent a second time). The
-                attempts are recorded as forced.
-              </span>
-            </label>
-            <button type="submit" class="danger">
-              Replay event {e.id} with force
-            </button>
-          </form>
-        </div>
-      </section>
+      <EventActions id={e.id} csrf={props.csrf} />
 
       <section aria-labelledby="headers">
         <h2 id="headers">Headers</h2>
         {e.headers === null ? (
           <p class="muted">Dropped by purge --bodies-days.</p>
         ) : (
-          <table>
+          <table class="stack headers">
             <caption>As received; signature and token headers are stored redacted.</caption>
             <tbody>
               {Object.entries(e.headers).map(([k, v]) => (
                 <tr>
-                  <th scope="row" class="mono">
-                    {k}
+                  <th scope="row" class="mono wrap">
+                    {t(k)}
                   </th>
-                  <td class="mono">{v}</td>
+                  <td class="mono wrap">{t(v)}</td>
                 </tr>
               ))}
             </tbody>
@@ -521,14 +658,14 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
           </>
         ) : pretty !== undefined ? (
           <>
-            <pre aria-label="Body, pretty-printed JSON">{pretty}</pre>
+            <pre aria-label="Body, pretty-printed JSON">{block(pretty)}</pre>
             <details>
               <summary>Raw body, exactly as received</summary>
-              <pre aria-label="Raw body">{e.body}</pre>
+              <pre aria-label="Raw body">{block(e.body)}</pre>
             </details>
           </>
         ) : (
-          <pre aria-label="Raw body">{e.body}</pre>
+          <pre aria-label="Raw body">{block(e.body)}</pre>
         )}
       </section>
 
@@ -537,7 +674,7 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
         {e.attemptLog.length === 0 ? (
           <p class="muted">None yet.</p>
         ) : (
-          <table>
+          <table class="stack">
             <thead>
               <tr>
                 <th scope="col" class="num">
@@ -551,25 +688,7 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
               </tr>
             </thead>
             <tbody>
-              {e.attemptLog.map((a) => (
-                <tr>
-                  <td class="num">{a.number}</td>
-                  <td>{when(a.startedAt)}</td>
-                  <td class="mono">{a.route}</td>
-                  <td class="mono">
-                    {a.effectKey ?? ''}
-                    {a.runKey === null || a.runKey === a.effectKey ? null : <div class="muted">run key {a.runKey}</div>}
-                  </td>
-                  <td>
-                    {a.outcome}
-                    {a.forced ? ' (forced)' : null}
-                  </td>
-                  <td>
-                    {a.error === null ? null : <div>{a.error}</div>}
-                    {a.output === null || a.output.trim() === '' ? null : <pre aria-label="Effect output">{a.output}</pre>}
-                  </td>
-                </tr>
-              ))}
+              <AttemptRows e={e} />
             </tbody>
           </table>
         )}
@@ -580,7 +699,7 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
         {e.effects.length === 0 ? (
           <p class="muted">No ledger rows.</p>
         ) : (
-          <table>
+          <table class="stack">
             <thead>
               <tr>
                 <th scope="col">Effect key</th>
@@ -596,15 +715,21 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
             <tbody>
               {e.effects.map((f) => (
                 <tr>
-                  <td class="mono">{f.effectKey}</td>
-                  <td>{f.status}</td>
-                  <td class="num">
+                  <td class="mono wrap" data-label="Effect key">
+                    {t(f.effectKey)}
+                  </td>
+                  <td data-label="Status">{f.status}</td>
+                  <td class="num" data-label="Runs">
                     {f.runs}
                     {f.forcedRuns > 0 ? ` (${f.forcedRuns} forced)` : null}
                   </td>
-                  <td>{f.eventId === null ? '' : f.eventId === e.id ? 'this event' : <a href={`${ADMIN}/events/${f.eventId}`}>event {f.eventId}</a>}</td>
-                  <td>{when(f.finishedAt)}</td>
-                  <td>{f.lastError ?? ''}</td>
+                  <td data-label="Last run by">
+                    {f.eventId === null ? '' : f.eventId === e.id ? 'this event' : <a href={`${ADMIN}/events/${f.eventId}`}>event {f.eventId}</a>}
+                  </td>
+                  <td data-label="Finished">{when(f.finishedAt)}</td>
+                  <td class="wrap" data-label="Last error">
+                    {t(f.lastError)}
+                  </td>
                 </tr>
               ))}
             </tbody>
@@ -621,7 +746,11 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
                 First received {when(new Date(c.receivedAt).toISOString())}
                 {c.repeats > 0 ? `, ${c.repeats} repeat(s) since` : null}; sha256 <span class="mono">{c.bodySha256}</span>
               </p>
-              {c.body === null ? <p class="muted">Body dropped by purge --bodies-days.</p> : <pre aria-label="Conflicting body">{utf8.decode(c.body)}</pre>}
+              {c.body === null ? (
+                <p class="muted">Body dropped by purge --bodies-days.</p>
+              ) : (
+                <pre aria-label="Conflicting body">{block(utf8.decode(c.body))}</pre>
+              )}
             </div>
           ))}
         </section>

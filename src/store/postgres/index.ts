@@ -5,7 +5,7 @@ import type { CatchUpStore } from '../catch-up-types.js';
 import { catchUpOn } from './catch-up.js';
 import type { IngestResult, NewEvent, OpenStoreOptions, Store } from '../types.js';
 import { Conn } from './conn.js';
-import * as drain from './drain.js';
+import { PostgresDrainBackend } from './drain-backend.js';
 import { closedError } from './errors.js';
 import { ingestBatch } from './ingest.js';
 import { openPostgres } from './open.js';
@@ -17,11 +17,12 @@ import * as ops from './ops.js';
  * INSERT statement per batch, see ./ingest.ts), the drain one (a module effect holds it across its handler),
  * operator commands and health checks the rest.
  */
-export class PostgresStore extends StoreBase<Conn> implements Store {
+export class PostgresStore extends StoreBase implements Store {
   readonly backend = 'postgres';
   /** Receivers on several machines may share the database: a claim owner's process cannot be checked from here. */
   readonly claimsAreLocal = false;
   readonly #conn: Conn;
+  readonly #drain: PostgresDrainBackend;
   readonly #group: GroupCommit<NewEvent, IngestResult>;
   /** The operator operations both stores share. */
   protected readonly sharedOps: SharedOps;
@@ -30,8 +31,9 @@ export class PostgresStore extends StoreBase<Conn> implements Store {
   #closing = false;
 
   private constructor(conn: Conn) {
-    super(drain);
+    super();
     this.#conn = conn;
+    this.#drain = new PostgresDrainBackend(conn);
     this.sharedOps = ops.sharedOpsOn(conn);
     this.catchUp = catchUpOn(conn);
     this.#group = new GroupCommit((items) => ingestBatch(this.#conn, items));
@@ -56,13 +58,13 @@ export class PostgresStore extends StoreBase<Conn> implements Store {
     if (this.#closing) return;
     this.#closing = true;
     // Batches already submitted still commit and get their answers; new ones are refused.
-    await this.#group.drain();
+    await this.#group.settled();
     await this.#conn.end();
   }
 
-  // DrainStore (claims, leases, the effect ledger): see ../store-base.ts and ./drain.ts.
-  protected drainConnection(): Conn {
-    return this.#conn;
+  // DrainStore: see ../store-base.ts and ./drain-backend.ts.
+  protected drainBackend(): PostgresDrainBackend {
+    return this.#drain;
   }
 
   // OpsStore: purge batches and queue gauges; the rest in ../store-base.ts.

@@ -133,19 +133,19 @@ function compareItems(a: NewEvent, b: NewEvent): number {
   return 0;
 }
 
-const COLUMNS = 15;
+const COLUMNS = 16;
 
 function insertSql(rows: number): string {
   const values: string[] = [];
   for (let r = 0; r < rows; r++) {
     const p = (c: number) => `$${r * COLUMNS + c}`;
     values.push(
-      `(${p(1)}, ${p(2)}, ${p(3)}, ${p(4)}, ${p(13)}, ${p(5)}, ${p(6)}, ${p(7)}, ${p(8)}, ${p(9)}, ${p(10)}, ${p(11)}, ${p(12)}, ${p(14)}, ${p(15)})`,
+      `(${p(1)}, ${p(2)}, ${p(3)}, ${p(4)}, ${p(13)}, ${p(5)}, ${p(6)}, ${p(7)}, ${p(8)}, ${p(9)}, ${p(10)}, ${p(11)}, ${p(12)}, ${p(14)}, ${p(15)}, ${p(16)})`,
     );
   }
   // OVERRIDING SYSTEM VALUE: the ids were drawn from the identity's own sequence above.
   return `INSERT INTO events
-    (id, source, delivery_id, event_type, status, received_at, headers, body, body_sha256, extra_ids, response_status, response_body, next_attempt_at, finished_at, route_decisions)
+    (id, source, delivery_id, event_type, status, received_at, headers, body, body_sha256, extra_ids, response_status, response_body, next_attempt_at, finished_at, route_decisions, origin)
     OVERRIDING SYSTEM VALUE
     VALUES ${values.join(', ')}
     ON CONFLICT (source, delivery_id) DO NOTHING
@@ -172,6 +172,7 @@ function insertParams(chunk: readonly { event: NewEvent; id: number }[]): unknow
     e.unrouted === undefined ? 'pending' : 'done',
     e.unrouted === undefined ? null : e.receivedAt,
     e.unrouted ?? null,
+    e.origin ?? 'webhook',
   ]);
 }
 

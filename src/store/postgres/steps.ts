@@ -24,6 +24,11 @@ export const dialect: Dialect = {
   indexedBy: () => '',
   // Several receivers write at once: rows read and then changed stay ours until COMMIT.
   lockRows: ' FOR NO KEY UPDATE',
+  // Another drain's claim (or an ingest batch counting a duplicate, or a module effect's
+  // transaction) holds the row: skipped, not waited for.
+  takeUnlocked: ' FOR NO KEY UPDATE SKIP LOCKED',
+  oneWriter: false,
+  leasePairs: (p) => `SELECT (l ->> 0)::bigint AS id, l ->> 1 AS owner FROM jsonb_array_elements(CAST(${p} AS jsonb)) AS l`,
   skipLocked: ' FOR UPDATE SKIP LOCKED',
   // The table, its indexes and its TOAST data.
   tableBytes: (table) => `SELECT pg_total_relation_size('${table}') AS bytes`,

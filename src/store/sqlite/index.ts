@@ -3,7 +3,7 @@ import { StoreBase } from '../store-base.js';
 import type { IngestResult, NewEvent, Store } from '../types.js';
 import { sqliteError, whenUnlocked } from './errors.js';
 import { ingestOne, ingestStatements } from './ingest.js';
-import * as drain from './drain.js';
+import { SqliteDrainBackend } from './drain-backend.js';
 import * as ops from './ops.js';
 import type { SharedOps } from '../ops-steps.js';
 import type { CatchUpStore } from '../catch-up-types.js';
@@ -14,7 +14,7 @@ import { queueStats } from './queue-stats.js';
 import { WalSync } from './wal-sync.js';
 import { ingestWaitingFlag } from './lock-priority.js';
 
-/** Batches posted to the ingest worker before the first has committed (3 was slower at 64 connections). */
+/** Batches posted to the ingest worker before the first has committed: the next one waits there, ready, while one commits. */
 export const INGEST_BATCHES_IN_FLIGHT = 2;
 
 export interface SqliteStoreOptions {
@@ -40,7 +40,7 @@ export interface SqliteStoreOptions {
  * The SQLite store. `serve` uses two connections: one for ingest (group commit) and one
  * for the drain, whose module effects hold a transaction across an await.
  */
-export class SqliteStore extends StoreBase<drain.DrainConnection> implements Store {
+export class SqliteStore extends StoreBase implements Store {
   readonly backend = 'sqlite';
   /** A SQLite file is used by processes of one machine only (WAL needs shared memory). */
   readonly claimsAreLocal = true;
@@ -56,14 +56,14 @@ export class SqliteStore extends StoreBase<drain.DrainConnection> implements Sto
   readonly #thread: IngestThread | undefined;
   #closed = false;
   /** The drain's own connection, opened on first use (CLI commands never open it). */
-  #drain: drain.DrainConnection | undefined;
+  #drain: { db: Db; backend: SqliteDrainBackend } | undefined;
   /** serve: the explicit fsync of the WAL that the drain's connection awaits or schedules. */
   readonly #wal: WalSync | undefined;
   /** serve: raised while the ingest thread waits for the write lock; the drain gives way to it. */
   readonly ingestWaiting: SharedArrayBuffer | undefined;
 
   constructor(path: string, options: SqliteStoreOptions) {
-    super(drain);
+    super();
     this.#path = path;
     this.#options = options;
     this.db = openSqlite(path, { busyTimeoutMs: options.blockingBusyMs ?? options.busyTimeoutMs });
@@ -75,8 +75,7 @@ export class SqliteStore extends StoreBase<drain.DrainConnection> implements Sto
     this.#wal = options.explicitSync === true ? new WalSync(path) : undefined;
     const thread = this.#thread;
     // The worker commits its batches one after another in the order posted: the next batch
-    // can wait there while the current one commits, instead of on this thread for its
-    // answer (at 4 and 16 connections, 37% and 13% more deliveries a second).
+    // waits there while the current one commits, instead of on this thread for its answer.
     // Either way an insert waits for another process's write lock until busyTimeoutMs after
     // it was submitted, whatever it spent queued behind other batches, then 503.
     const deadline = (since: number) => since + options.busyTimeoutMs;
@@ -133,8 +132,8 @@ export class SqliteStore extends StoreBase<drain.DrainConnection> implements Sto
     return queueStats(this.db);
   }
 
-  // DrainStore (claims, leases, the effect ledger): see ../store-base.ts and ./drain.ts.
-  protected drainConnection(): drain.DrainConnection {
+  // DrainStore: see ../store-base.ts and ./drain-backend.ts.
+  protected drainBackend(): SqliteDrainBackend {
     if (this.#closed) throw sqliteError(new TypeError('The database connection is not open'), 'drain');
     if (this.#drain === undefined) {
       const db = openSqlite(this.#path, { busyTimeoutMs: this.#options.blockingBusyMs ?? this.#options.busyTimeoutMs });
@@ -144,19 +143,15 @@ export class SqliteStore extends StoreBase<drain.DrainConnection> implements Sto
         db.pragma('synchronous = NORMAL');
         db.pragma('wal_autocheckpoint = 0');
       }
-      this.#drain = {
-        db,
-        busyTimeoutMs: this.#options.busyTimeoutMs,
-        wal: this.#wal,
-        ingestWaiting: this.ingestWaiting === undefined ? undefined : ingestWaitingFlag(this.ingestWaiting),
-      };
+      const ingestWaiting = this.ingestWaiting === undefined ? undefined : ingestWaitingFlag(this.ingestWaiting);
+      this.#drain = { db, backend: new SqliteDrainBackend({ db, busyTimeoutMs: this.#options.busyTimeoutMs, wal: this.#wal, ingestWaiting }) };
     }
-    return this.#drain;
+    return this.#drain.backend;
   }
 
   async close(): Promise<void> {
     if (this.#closed) return;
-    await this.#group.drain();
+    await this.#group.settled();
     this.#closed = true;
     await this.#wal?.close();
     await this.#thread?.close();

@@ -17,8 +17,8 @@ interface ExistingRow {
 export function ingestStatements(db: Db) {
   return {
     insert: db.prepare(`INSERT OR IGNORE INTO events
-      (source, delivery_id, event_type, status, received_at, headers, body, body_sha256, extra_ids, response_status, next_attempt_at, finished_at, route_decisions)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+      (source, delivery_id, event_type, status, received_at, headers, body, body_sha256, extra_ids, response_status, next_attempt_at, finished_at, route_decisions, origin)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
     setAnswer: db.prepare(`UPDATE events SET response_body = ? WHERE id = ?`),
     existing: db.prepare(`SELECT id, body_sha256, origin, response_status, response_body FROM events WHERE source = ? AND delivery_id = ?`),
     countDuplicate: db.prepare(`UPDATE events SET duplicates = duplicates + 1 WHERE id = ?`),
@@ -50,6 +50,7 @@ export function ingestOne(s: IngestStatements, e: NewEvent): IngestResult {
     e.receivedAt,
     done ? e.receivedAt : null,
     e.unrouted ?? null,
+    e.origin ?? 'webhook',
   );
   if (run.changes === 1) {
     const id = Number(run.lastInsertRowid);

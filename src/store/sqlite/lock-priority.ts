@@ -3,11 +3,11 @@
  *
  * The ingest thread and the drain thread both write. SQLite's lock is not fair: the drain,
  * with a backlog, takes it again right after it lets go, and the ingest thread, which only
- * sees that the lock is taken, kept missing the moments it was free (with the drain on,
- * ingest fell to a third). So the ingest thread raises a flag in shared memory while it
- * waits, and the drain thread looks at it before it takes the lock: while the flag is up
- * it waits (up to MAX_YIELD_MS each time, so the drain is slowed, never stopped), and a
- * group of drain steps holding the lock commits at its next step.
+ * sees that the lock is taken, would rarely find it free. So the ingest thread raises a
+ * flag in shared memory while it waits, and the drain thread looks at it before it takes
+ * the lock: while the flag is up it waits (up to MAX_YIELD_MS each time, so the drain is
+ * slowed, never stopped), and a group of drain steps holding the lock commits at its next
+ * step.
  */
 
 /** Index 0: 1 while the ingest thread waits for the write lock, else 0. */

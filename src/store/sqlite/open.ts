@@ -173,6 +173,7 @@ function migrate(db: Db, from: number): void {
     // One transaction per migration, version bump included: a crash leaves the old version.
     db.transaction(() => {
       db.exec(m.sql);
+      m.apply?.(db);
       db.pragma(`user_version = ${m.version}`);
     }).immediate();
   }

@@ -8,6 +8,9 @@ export const dialect: Dialect = {
   indexedBy: (index) => ` INDEXED BY ${index}`,
   // BEGIN IMMEDIATE holds the one write lock: the rows read cannot change under us.
   lockRows: '',
+  takeUnlocked: '',
+  oneWriter: true,
+  leasePairs: (p) => `SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS owner FROM json_each(${p})`,
   skipLocked: '',
   // Every page of the table's b-trees (the table and its indexes), summed by dbstat
   // (better-sqlite3 is built with it). Aggregate mode: one row per b-tree.

@@ -1,33 +1,73 @@
-import type { AttemptRecord, EffectDb, EffectDecision, EffectFinish, EffectRun, EffectStart, Lease, LedgerRow, TransactionalOutcome } from './drain-types.js';
-import { decideEffect, newerVersion } from './ledger.js';
-import type { AttemptRow } from './ops-types.js';
-import { toLedger, type LedgerDbRow } from './rows.js';
-import { changes, first, memo, rows, sqlText, type Dialect, type Steps } from './sql.js';
+import type { AttemptRecord, EffectDecision, EffectFinish, EffectRun, EffectStart, Lease, LedgerRow } from '../drain-types.js';
+import type { AttemptRow } from '../ops-types.js';
+import { toLedger, type LedgerDbRow } from '../rows.js';
+import { changes, first, memo, sqlText, type Dialect, type Steps } from '../sql.js';
+import type { DrainBackend } from './backend.js';
+import { renewLease } from './lease.js';
 
 /**
- * The drain's protocol, written once for both stores (see sql.ts): the effect ledger
- * (decide, mark running, finish), the attempts it records, and the lease-guarded settle
- * of an event. Each function is the steps of one operation, or of one part of a module
- * effect's transaction; the store runs them in its own transaction.
+ * The effect ledger: one row per effect key in `effects`, and the attempts it records.
+ * Whether an effect runs is decided by `decideEffect` inside the transaction that records
+ * the decision (an external effect's running mark, a module effect's run), with the key
+ * locked where writers run concurrently, so two processes cannot both decide to run one
+ * key. An external effect's running mark is committed and on disk before the effect acts:
+ * a crash from then on leaves it visible, and the next run counts as a repeat (`runs`).
  */
+
+/**
+ * The rule.
+ * - no row, or a `failed` row: run.
+ * - `running` for another event whose claim still holds a live lease: busy (retry later);
+ *   running it here too would run it twice at once.
+ * - `running` otherwise: a run that crashed or whose lease expired. Run again; `runs`
+ *   shows the repeat.
+ * - `done`: skipped, unless the event's version is newer than the applied one (run) or
+ *   older (stale). A forced replay re-runs a done key but never applies an older version.
+ */
+export type Decision = 'run' | 'skipped' | 'stale' | 'busy';
+
+export function decideEffect(row: LedgerRow | undefined, start: EffectStart): Decision {
+  if (row === undefined) return 'run';
+  if (isStale(row.version, start.version)) return 'stale';
+  if (row.status === 'running' && row.heldElsewhere) return 'busy';
+  if (row.status !== 'done') return 'run';
+  if (start.force) return 'run';
+  if (start.version !== undefined && row.version !== null && compareVersions(start.version, row.version) > 0) return 'run';
+  return 'skipped';
+}
+
+/** Is `incoming` older than the newest version applied for the key? */
+export function isStale(applied: string | null, incoming: string | undefined): boolean {
+  return applied !== null && incoming !== undefined && compareVersions(incoming, applied) < 0;
+}
+
+const INTEGER = /^-?\d+$/;
+const NUMERIC = /^-?\d+(\.\d+)?$/;
+
+/** Numerically when both are numbers (`"9" < "10"`), else as strings (ISO timestamps sort as strings). */
+export function compareVersions(a: string, b: string): number {
+  if (INTEGER.test(a) && INTEGER.test(b)) {
+    // BigInt: nanosecond timestamps and sequence numbers exceed 2^53.
+    const d = BigInt(a) - BigInt(b);
+    return d < 0n ? -1 : d > 0n ? 1 : 0;
+  }
+  if (NUMERIC.test(a) && NUMERIC.test(b)) {
+    const d = Number(a) - Number(b);
+    return d < 0 ? -1 : d > 0 ? 1 : 0;
+  }
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** The newer of two versions, for the ledger's `version` column after a successful run. */
+export function newerVersion(applied: string | null, incoming: string | undefined): string | null {
+  if (incoming === undefined) return applied;
+  if (applied === null) return incoming;
+  return compareVersions(incoming, applied) >= 0 ? incoming : applied;
+}
 
 const statements = memo((d: Dialect) => {
   const text = (build: (p: () => string) => string) => sqlText(d, build);
-  // Every lease-guarded statement ends with this: event id, then owner.
-  const held = (p: () => string) => `id = ${p()} AND lease_owner = ${p()} AND status = 'processing'`;
   return {
-    nextDue: `SELECT min(t) AS t FROM (
-        SELECT min(next_attempt_at) AS t FROM events${d.indexedBy('events_due')} WHERE status = 'pending'
-        UNION ALL
-        SELECT min(lease_expires_at) AS t FROM events${d.indexedBy('events_leased')} WHERE status = 'processing'
-      ) AS due`,
-    claimOwners: `SELECT DISTINCT lease_owner AS owner FROM events${d.indexedBy('events_leased')} WHERE status = 'processing' AND lease_owner IS NOT NULL`,
-    // substr, not LIKE: a host name may hold LIKE's wildcards.
-    expireClaims: text(
-      (p) => `UPDATE events SET lease_expires_at = ${p()}
-        WHERE status = 'processing' AND substr(lease_owner, 1, length(CAST(${p()} AS text))) = ${p()} AND lease_expires_at > ${p()}`,
-    ),
-    renew: text((p) => `UPDATE events SET lease_expires_at = ${p()} WHERE ${held(p)}`),
     // A running row belongs to someone else only while another event's claim on it is live;
     // otherwise it is a run that crashed or outlived its lease, and may be repeated.
     ledger: text(
@@ -42,8 +82,9 @@ const statements = memo((d: Dialect) => {
         VALUES (${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}) RETURNING id`,
     ),
     // A forced replay's own ok run of this key: events.force_effects holds the id of the
-    // replay's first attempt row (ops-steps reset), so a retry of the replay (another route
-    // failed) does not run it again, under yet another forced key the app would not drop.
+    // replay's first attempt row (see the replay in ops-steps.ts), so a retry of the replay
+    // (another route failed) does not run it again, under yet another forced key the app
+    // would not drop.
     forcedInThisReplay: text(
       (p) => `SELECT 1 AS done FROM attempts a JOIN events e ON e.id = a.event_id
         WHERE a.event_id = ${p()} AND a.effect_key = ${p()} AND a.forced = 1 AND a.outcome = 'ok' AND e.force_effects > 0 AND a.id >= e.force_effects LIMIT 1`,
@@ -52,8 +93,6 @@ const statements = memo((d: Dialect) => {
     lastRun: text(
       (p) => `SELECT run_key, outcome FROM attempts WHERE event_id = ${p()} AND effect_key = ${p()} AND run_key IS NOT NULL ORDER BY id DESC LIMIT 1`,
     ),
-    // Before an external effect acts, this row says it is running: a crash from here on
-    // leaves it visible, and the next run counts as a repeat (runs + 1).
     markRunning: text(
       (p) => `INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, run_token, started_at, forced_runs)
         VALUES (${p()}, ${p()}, ${p()}, 'running', ${p()}, 1, ${p()}, ${p()}, ${p()})
@@ -73,7 +112,7 @@ const statements = memo((d: Dialect) => {
       (p) => `UPDATE effects SET status = ${p()}, finished_at = ${p()}, last_error = ${p()}
         WHERE effect_key = ${p()} AND run_token = ${p()} AND status = 'running'`,
     ),
-    markDoneTx: text(
+    moduleDone: text(
       (p) => `INSERT INTO effects (effect_key, route, business_key, status, event_id, version, runs, run_token, started_at, finished_at, forced_runs)
         VALUES (${p()}, ${p()}, ${p()}, 'done', ${p()}, ${p()}, 1, ${p()}, ${p()}, ${p()}, ${p()})
         ON CONFLICT (effect_key) DO UPDATE SET status = 'done', event_id = excluded.event_id, version = excluded.version,
@@ -83,7 +122,7 @@ const statements = memo((d: Dialect) => {
     // A done key stays done; a running row is another run's (an external effect's), left to it.
     // A failed forced run counts as one, as an external effect's does: the next forced run's
     // number (its run key) must differ from this one's.
-    markFailedTx: text(
+    moduleFailed: text(
       (p) => `INSERT INTO effects (effect_key, route, business_key, status, event_id, runs, started_at, finished_at, last_error, forced_runs)
         VALUES (${p()}, ${p()}, ${p()}, 'failed', ${p()}, 0, ${p()}, ${p()}, ${p()}, ${p()})
         ON CONFLICT (effect_key) DO UPDATE SET
@@ -91,45 +130,8 @@ const statements = memo((d: Dialect) => {
           finished_at = excluded.finished_at, last_error = excluded.last_error, forced_runs = effects.forced_runs + excluded.forced_runs
         WHERE effects.status <> 'running'`,
     ),
-    // Each outcome applies only while the caller still holds the lease: a drain whose claim
-    // was taken over (its lease expired, another drain reclaimed) changes nothing. Each
-    // also records this attempt's route decisions (kept as they were when none are given).
-    complete: text(
-      (p) => `UPDATE events SET status = 'done', finished_at = ${p()}, lease_owner = NULL, lease_expires_at = NULL,
-        last_error = NULL, force_effects = 0, route_decisions = coalesce(${p()}, route_decisions) WHERE ${held(p)}`,
-    ),
-    retry: text(
-      (p) => `UPDATE events SET status = 'pending', next_attempt_at = ${p()}, last_error = ${p()}, lease_owner = NULL,
-        lease_expires_at = NULL, route_decisions = coalesce(${p()}, route_decisions) WHERE ${held(p)}`,
-    ),
-    bury: text(
-      (p) => `UPDATE events SET status = 'dead', finished_at = ${p()}, last_error = ${p()}, lease_owner = NULL,
-        lease_expires_at = NULL, route_decisions = coalesce(${p()}, route_decisions) WHERE ${held(p)}`,
-    ),
   };
 });
-
-export function* nextDueAt(d: Dialect): Steps<number | undefined> {
-  return (yield* first<{ t: number | null }>(statements(d).nextDue))?.t ?? undefined;
-}
-
-export function* claimOwners(d: Dialect): Steps<string[]> {
-  return (yield* rows<{ owner: string }>(statements(d).claimOwners)).map((r) => r.owner);
-}
-
-export function* expireClaims(d: Dialect, ownerPrefix: string, now: number): Steps<number> {
-  return yield* changes(statements(d).expireClaims, [now, ownerPrefix, ownerPrefix, now]);
-}
-
-/** Moves a held lease to `until`; false when the lease is lost. */
-export function* renewLease(d: Dialect, lease: Lease, until: number): Steps<boolean> {
-  return (yield* changes(statements(d).renew, [until, lease.eventId, lease.owner])) === 1;
-}
-
-/** Takes the effect key's lock, where the dialect has one, until the transaction ends. */
-export function* lockEffectKey(d: Dialect, start: EffectStart, waitMs: number): Steps<void> {
-  if (d.lockEffectKey !== undefined) yield d.lockEffectKey(start.effectKey, waitMs);
-}
 
 /** An attempt row to insert: the row without its id, for one event; error, output, forced and run key default to none. */
 type NewAttempt = Omit<AttemptRow, 'id' | 'error' | 'output' | 'forced' | 'runKey'> &
@@ -150,6 +152,13 @@ function* insertAttempt(d: Dialect, a: NewAttempt): Steps<number> {
     a.runKey ?? null,
   ];
   return (yield* first<{ id: number }>(statements(d).insertAttempt, params))!.id;
+}
+
+/** Records an attempt that ran no effect (a key template that resolved to nothing, a module that would not load). */
+export async function recordAttempt(b: DrainBackend, r: AttemptRecord): Promise<void> {
+  const { eventId, attempt, route, startedAt, finishedAt, outcome, error } = r;
+  const a = { eventId, attempt, route, effectKey: r.effectKey ?? null, startedAt, finishedAt, outcome, error };
+  await b.write('record attempt', () => insertAttempt(b.dialect, a), { oneStatement: true });
 }
 
 /** A decision that runs nothing, recorded as a finished attempt. */
@@ -192,6 +201,11 @@ export interface Decided {
   run?: RunPlan;
 }
 
+/** Takes the effect key's lock, where the dialect has one, until the transaction ends. */
+export function* lockEffectKey(d: Dialect, start: EffectStart, waitMs: number): Steps<void> {
+  if (d.lockEffectKey !== undefined) yield d.lockEffectKey(start.effectKey, waitMs);
+}
+
 /** Reads the key's ledger row and applies the rule, inside the transaction that records the decision. */
 export function* decide(d: Dialect, lease: Lease, attempt: number, start: EffectStart, now: number): Steps<Decided> {
   const found = yield* first<LedgerDbRow>(statements(d).ledger, [lease.eventId, now, start.effectKey]);
@@ -211,8 +225,8 @@ export const forcedRunKey = (effectKey: string, n: number) => `${effectKey}#forc
  * The run key: what the app is told identifies this run (Idempotency-Key and webhook-id
  * are its hash, exec sees RECEIVER_RUN_KEY, a module ctx.runKey), so it drops a repeat of
  * a run it already did and still does a run it was deliberately asked to do again.
- * - An ordinary run: the effect key itself, on every retry and after a crash (what
- *   Idempotency-Key has always been; deployed apps depend on it).
+ * - An ordinary run: the effect key itself, on every retry and after a crash (deployed
+ *   apps depend on Idempotency-Key being the effect key).
  * - A forced run (the key is done, the event was replayed with --force):
  *   `<effect key>#forced-<n>`, n one more than the key's forced runs so far, so it differs
  *   from the first run's key and from every other forced run's.
@@ -229,8 +243,8 @@ function* planRun(d: Dialect, lease: Lease, start: EffectStart, row: LedgerRow |
   return { runKey: start.effectKey, forced: false, wasDone: row?.status === 'done' };
 }
 
-/** beginEffect (see drain-types.ts): renew, lock the key, decide, and mark running or record the non-run. */
-export function* beginEffect(d: Dialect, lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number): Steps<EffectDecision> {
+/** Renew the lease, lock the key, decide, and mark running or record the non-run. */
+function* begin(d: Dialect, lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number): Steps<EffectDecision> {
   if (!(yield* renewLease(d, lease, now + leaseMs))) return { action: 'lost' };
   yield* lockEffectKey(d, start, leaseMs);
   const { row, nonRun, run } = yield* decide(d, lease, attempt, start, now);
@@ -251,53 +265,38 @@ export function* beginEffect(d: Dialect, lease: Lease, attempt: number, start: E
   return { action: 'run', attemptId, runs: (row?.runs ?? 0) + 1, wasDone, runKey };
 }
 
-/** finishEffect (see drain-types.ts): the attempt always; the ledger row only while it carries the run's token. */
-export function* finishEffect(d: Dialect, f: EffectFinish, now: number): Steps<void> {
-  const s = statements(d);
-  yield* changes(s.finishAttempt, [now, f.outcome, f.error ?? null, f.output ?? null, f.attemptId]);
-  if (f.outcome === 'ok') {
-    const current = yield* first<{ version: string | null }>(s.effectVersion, [f.effectKey]);
-    yield* changes(s.effectDone, [now, newerVersion(current?.version ?? null, f.version), f.effectKey, f.runToken]);
-  } else {
-    // A forced re-run of a done key that fails leaves it done: it did happen once.
-    yield* changes(s.effectFailed, [f.wasDone ? 'done' : 'failed', now, f.error ?? null, f.effectKey, f.runToken]);
-  }
-}
-
-/** A module effect to run: what runTransactionalEffect is given (see drain-types.ts). */
-export interface ModuleEffect {
-  lease: Lease;
-  attempt: number;
-  start: EffectStart;
-  handler: (db: EffectDb, run: EffectRun) => Promise<void>;
-  /** Read when the transaction starts and again when it ends. */
-  now: () => number;
-  leaseMs: number;
-  /** Mark the event done in the same commit when the handler resolves. */
-  completeOnOk: boolean;
-  /** Recorded with the event when it is marked done here (see completeEvent). */
-  routeDecisions?: string | undefined;
+/**
+ * Before an external effect (exec, http) acts: decides and records the start in one
+ * committed transaction (see DrainStore.beginEffect).
+ */
+export async function beginEffect(b: DrainBackend, lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number): Promise<EffectDecision> {
+  const decision = await b.write('begin effect', () => begin(b.dialect, lease, attempt, start, now, leaseMs), { commitNow: true });
+  // The running mark is on disk before the effect acts: after a power cut too, a repeat is counted.
+  if (decision.action === 'run') await b.sync('begin effect');
+  return decision;
 }
 
 /**
- * Awaits the handler with the transaction's db and the run's key, and closes the db after
- * it, told whether the handler threw (gave up); returns what it threw, if it threw.
+ * How an external effect's run ended: the attempt always (the run did happen); the ledger
+ * row only while it carries the run's token. Committed at once, never left in a group
+ * that could still roll back: a lost result would run the effect again.
  */
-export async function callHandler(
-  m: ModuleEffect,
-  db: EffectDb,
-  run: EffectRun,
-  close: (threw: boolean) => void | Promise<void>,
-): Promise<{ error: unknown } | undefined> {
-  let failure: { error: unknown } | undefined;
-  try {
-    await m.handler(db, { runKey: run.runKey });
-  } catch (e) {
-    failure = { error: e };
-  } finally {
-    await close(failure !== undefined);
-  }
-  return failure;
+export async function finishEffect(b: DrainBackend, f: EffectFinish, now: number): Promise<void> {
+  const s = statements(b.dialect);
+  await b.write(
+    'finish effect',
+    function* () {
+      yield* changes(s.finishAttempt, [now, f.outcome, f.error ?? null, f.output ?? null, f.attemptId]);
+      if (f.outcome === 'ok') {
+        const current = yield* first<{ version: string | null }>(s.effectVersion, [f.effectKey]);
+        yield* changes(s.effectDone, [now, newerVersion(current?.version ?? null, f.version), f.effectKey, f.runToken]);
+      } else {
+        // A forced re-run of a done key that fails leaves it done: it did happen once.
+        yield* changes(s.effectFailed, [f.wasDone ? 'done' : 'failed', now, f.error ?? null, f.effectKey, f.runToken]);
+      }
+    },
+    { commitNow: true },
+  );
 }
 
 /** A module effect's run, between the decision and its end. */
@@ -327,67 +326,29 @@ function moduleAttempt(m: ModuleRun, outcome: 'ok' | 'failed', error?: string): 
   };
 }
 
-/**
- * A module effect's handler resolved: in its transaction, the ledger row (done) and the
- * attempt (ok), and, when it was the event's last effect and nothing failed, the event
- * done too (one transaction, not two).
- */
-export function* moduleDone(d: Dialect, m: ModuleRun, completeOnOk: boolean, routeDecisions?: string): Steps<Extract<TransactionalOutcome, { action: 'ok' }>> {
+/** A module run that ended ok, in its transaction: the key done at the newer version, and the attempt ok. */
+export function* moduleDone(d: Dialect, m: ModuleRun): Steps<number> {
   const { lease, start, row } = m;
-  yield* changes(statements(d).markDoneTx, [
+  const version = newerVersion(row?.version ?? null, start.version);
+  const forced = m.run.forced ? 1 : 0;
+  yield* changes(statements(d).moduleDone, [
     start.effectKey,
     start.route,
     start.businessKey,
     lease.eventId,
-    newerVersion(row?.version ?? null, start.version),
+    version,
     start.runToken,
     m.startedAt,
     m.finishedAt,
-    m.run.forced ? 1 : 0,
+    forced,
   ]);
-  const attemptId = yield* insertAttempt(d, moduleAttempt(m, 'ok'));
-  const completed = completeOnOk && (yield* completeEvent(d, lease, m.finishedAt, routeDecisions));
-  return { action: 'ok', attemptId, runs: (row?.runs ?? 0) + 1, completed };
+  return yield* insertAttempt(d, moduleAttempt(m, 'ok'));
 }
 
-/** A module effect's handler threw: recorded in a transaction of its own, after its writes rolled back. */
-export function* moduleFailed(d: Dialect, m: ModuleRun, error: string): Steps<Extract<TransactionalOutcome, { action: 'failed' }>> {
-  const { lease, start, row } = m;
-  yield* changes(statements(d).markFailedTx, [
-    start.effectKey,
-    start.route,
-    start.businessKey,
-    lease.eventId,
-    m.startedAt,
-    m.finishedAt,
-    error,
-    m.run.forced ? 1 : 0,
-  ]);
-  const attemptId = yield* insertAttempt(d, moduleAttempt(m, 'failed', error));
-  return { action: 'failed', attemptId, runs: row?.runs ?? 0, error };
-}
-
-export function* recordAttempt(d: Dialect, r: AttemptRecord): Steps<void> {
-  yield* insertAttempt(d, {
-    eventId: r.eventId,
-    attempt: r.attempt,
-    route: r.route,
-    effectKey: r.effectKey ?? null,
-    startedAt: r.startedAt,
-    finishedAt: r.finishedAt,
-    outcome: r.outcome,
-    error: r.error,
-  });
-}
-
-export function* completeEvent(d: Dialect, lease: Lease, now: number, routeDecisions?: string): Steps<boolean> {
-  return (yield* changes(statements(d).complete, [now, routeDecisions ?? null, lease.eventId, lease.owner])) === 1;
-}
-
-export function* retryEvent(d: Dialect, lease: Lease, error: string, nextAttemptAt: number, routeDecisions?: string): Steps<boolean> {
-  return (yield* changes(statements(d).retry, [nextAttemptAt, error, routeDecisions ?? null, lease.eventId, lease.owner])) === 1;
-}
-
-export function* buryEvent(d: Dialect, lease: Lease, error: string, now: number, routeDecisions?: string): Steps<boolean> {
-  return (yield* changes(statements(d).bury, [now, error, routeDecisions ?? null, lease.eventId, lease.owner])) === 1;
+/** A module run that failed, after its writes rolled back: the key failed (a done key stays done), and the attempt failed. */
+export function* moduleFailed(d: Dialect, m: ModuleRun, error: string): Steps<number> {
+  const { lease, start } = m;
+  const forced = m.run.forced ? 1 : 0;
+  yield* changes(statements(d).moduleFailed, [start.effectKey, start.route, start.businessKey, lease.eventId, m.startedAt, m.finishedAt, error, forced]);
+  return yield* insertAttempt(d, moduleAttempt(m, 'failed', error));
 }

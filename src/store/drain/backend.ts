@@ -1,0 +1,78 @@
+import type { Dialect, Steps, StmtResult } from '../sql.js';
+
+/**
+ * What a database gives the drain's operations (claim.ts, lease.ts, ledger.ts, settle.ts,
+ * module-tx.ts), which are written once above it: ways to run statements (see sql.ts),
+ * and what the databases really differ in, each said once by the backend that has it
+ * (sqlite/drain-backend.ts, postgres/drain-backend.ts).
+ */
+export interface DrainBackend {
+  /** What a module effect's handler is told it writes to (EffectDb.dialect). */
+  readonly name: 'sqlite' | 'postgres';
+  readonly dialect: Dialect;
+
+  /** Steps that only read, each statement on its own. */
+  read<T>(what: string, steps: Steps<T>): Promise<T>;
+
+  /**
+   * Steps that write, in one transaction. `steps` is called again if the transaction is
+   * retried. Errors come out as ReceiverErrors naming `what`.
+   */
+  write<T>(what: string, steps: () => Steps<T>, options?: WriteOptions): Promise<T>;
+
+  /**
+   * The heartbeat's write, in a short transaction of its own that never waits for a
+   * transaction open on the drain's connection. Where that transaction holds the
+   * database's one write lock (SQLite: a module effect's, or a group's), no other drain can
+   * take a claim while it is open, and the steps run just before it commits instead.
+   */
+  renew(what: string, steps: () => Steps<void>): Promise<void>;
+
+  /**
+   * Resolves once every commit made so far is on disk. The caller is about to act outside
+   * the database (an external effect) on what it committed.
+   */
+  sync(what: string): Promise<void>;
+
+  /**
+   * Runs `fn` (a claim and its events' steps) letting the backend share transactions
+   * between its writes (see DrainStore.inGroup).
+   */
+  inGroup<T>(fn: () => Promise<T>): Promise<T>;
+
+  /** Opens the transaction a module effect's handler runs in (see module-tx.ts). */
+  moduleTransaction(what: string): Promise<ModuleTransaction>;
+}
+
+export interface WriteOptions {
+  /** The steps are one statement, atomic by itself: PostgreSQL runs it without BEGIN and COMMIT. */
+  oneStatement?: boolean;
+  /** Committed before the write resolves, never left in a group's transaction to commit later. */
+  commitNow?: boolean;
+}
+
+/**
+ * A transaction held open across an await (a module effect's handler). Its steps and the
+ * handler's statements run in it, in call order; it ends with commit, rollback or fail.
+ */
+export interface ModuleTransaction {
+  /** Runs steps in the transaction. */
+  run<T>(steps: Steps<T>): T | Promise<T>;
+  /**
+   * One statement of the handler's own, for its rows (EffectDb.query) or its changed-row
+   * count (EffectDb.run). One that fails (and is caught by the handler) leaves the
+   * transaction as it was before it.
+   */
+  statement(sql: string, params: readonly unknown[], want: 'rows' | 'changes'): Promise<StmtResult>;
+  /**
+   * The handler has returned or thrown (`gaveUp`: its time ran out, or it threw): waits for
+   * any statement it left running without awaiting, cancelling it when it gave up.
+   */
+  handlerDone(gaveUp: boolean): Promise<void>;
+  commit(): Promise<void>;
+  rollback(): Promise<void>;
+  /** A step or the commit failed: rolls back, and gives the error to throw. */
+  fail(e: unknown): Promise<Error>;
+  /** Why the transaction's connection was lost, when it was (the handler's error then says little). */
+  connectionLost(): string | undefined;
+}

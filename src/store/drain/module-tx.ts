@@ -1,0 +1,167 @@
+import type { EffectDb, EffectRun, EffectStart, Lease, TransactionalOutcome } from '../drain-types.js';
+import type { Dialect, Steps } from '../sql.js';
+import type { DrainBackend, ModuleTransaction } from './backend.js';
+import { decide, lockEffectKey, moduleDone, moduleFailed, type Decided, type ModuleRun } from './ledger.js';
+import { leaseHeld, renewLease } from './lease.js';
+import { complete } from './settle.js';
+
+/**
+ * A module effect's transaction: the lease check, the ledger decision, the handler's writes,
+ * the ledger row (done) and the attempt (ok) commit together or not at all. If the handler
+ * throws, everything it wrote rolls back, and the failure is recorded in a transaction of
+ * its own.
+ *
+ * The lease guard differs with the database's locking. Where writers lock only the rows
+ * they change (PostgreSQL), renewing the lease inside the transaction would lock the event
+ * row while the handler runs, and ingest counting a duplicate of the event would wait for
+ * it: there the lease is renewed in a short transaction of its own first, only checked
+ * inside, and renewed again (locking the row until COMMIT) just before the ledger row is
+ * written, so a drain whose lease was taken over while the handler ran commits nothing.
+ * Under one write lock (SQLite) nothing can take the lease while the transaction is open:
+ * it is renewed once, inside, first.
+ */
+
+/** A module effect to run: what DrainStore.runTransactionalEffect is given. */
+export interface ModuleEffect {
+  lease: Lease;
+  attempt: number;
+  start: EffectStart;
+  handler: (db: EffectDb, run: EffectRun) => Promise<void>;
+  /** Read when the transaction starts and again when it ends. */
+  now: () => number;
+  leaseMs: number;
+  /** Mark the event done in the same commit when the handler resolves. */
+  completeOnOk: boolean;
+  /** Recorded with the event when it is marked done here (see settle.ts). */
+  routeDecisions?: string | undefined;
+}
+
+const LOST = { action: 'lost' } as const;
+
+export async function runTransactionalEffect(b: DrainBackend, m: ModuleEffect): Promise<TransactionalOutcome> {
+  const d = b.dialect;
+  const { lease, attempt, start, now, leaseMs } = m;
+  const startedAt = now();
+  if (!d.oneWriter && !(await b.write('renew lease', () => renewLease(d, lease, startedAt + leaseMs), { oneStatement: true }))) return LOST;
+
+  const tx = await b.moduleTransaction('module effect');
+  let decided: Decided | undefined;
+  try {
+    decided = await tx.run(begin(d, m, startedAt));
+    if (decided === undefined) {
+      await tx.rollback();
+      return LOST;
+    }
+    if (decided.nonRun !== undefined) {
+      await tx.commit();
+      return decided.nonRun;
+    }
+  } catch (e) {
+    throw await tx.fail(e);
+  }
+
+  // The transaction is held across this await: the handler's writes and the ledger row
+  // below commit together, or not at all.
+  const { handle, close } = effectDb(b.name, tx);
+  const failure = await callHandler(m, handle, decided.run!, close);
+  const row = decided.row;
+  const run = (finishedAt: number): ModuleRun => ({ lease, attempt, start, row, run: decided.run!, startedAt, finishedAt });
+
+  if (failure === undefined) {
+    try {
+      const ok = await tx.run(end(d, m, run(now())));
+      if (ok === undefined) {
+        await tx.rollback();
+        return LOST;
+      }
+      await tx.commit();
+      return { action: 'ok', attemptId: ok.attemptId, runs: (row?.runs ?? 0) + 1, completed: ok.completed };
+    } catch (e) {
+      // Nothing committed: the handler's writes are gone with the ledger row, and the
+      // event stays claimed until its lease expires and it is retried.
+      throw await tx.fail(e);
+    }
+  }
+
+  await tx.rollback();
+  // A handler whose connection was dropped under it failed on the driver's own words: say why.
+  const error = tx.connectionLost() ?? message(failure.error);
+  const failed = run(now());
+  const attemptId = await b.write('record module failure', () => moduleFailed(d, failed, error));
+  return { action: 'failed', attemptId, runs: row?.runs ?? 0, error };
+}
+
+/** The transaction's start: the key's lock, the lease guard, the ledger decision; undefined when the lease is lost. */
+function* begin(d: Dialect, m: ModuleEffect, startedAt: number): Steps<Decided | undefined> {
+  yield* lockEffectKey(d, m.start, m.leaseMs);
+  const held = d.oneWriter ? yield* renewLease(d, m.lease, startedAt + m.leaseMs) : yield* leaseHeld(d, m.lease);
+  if (!held) return undefined;
+  return yield* decide(d, m.lease, m.attempt, m.start, startedAt);
+}
+
+/**
+ * The handler resolved: the ledger row done and the attempt ok and, when this was the
+ * event's last effect and nothing failed, the event done too, all in this transaction.
+ * Undefined when the lease is lost (checked here last where writers run concurrently).
+ */
+function* end(d: Dialect, m: ModuleEffect, run: ModuleRun): Steps<{ attemptId: number; completed: boolean } | undefined> {
+  if (!d.oneWriter && !(yield* renewLease(d, m.lease, run.finishedAt + m.leaseMs))) return undefined;
+  const attemptId = yield* moduleDone(d, run);
+  const completed = m.completeOnOk && (yield* complete(d, m.lease, run.finishedAt, m.routeDecisions));
+  return { attemptId, completed };
+}
+
+/**
+ * Awaits the handler with the transaction's db and the run's key, and closes the db after
+ * it, told whether the handler threw (gave up); returns what it threw, if it threw.
+ */
+async function callHandler(m: ModuleEffect, db: EffectDb, run: EffectRun, close: (gaveUp: boolean) => Promise<void>): Promise<{ error: unknown } | undefined> {
+  let failure: { error: unknown } | undefined;
+  try {
+    await m.handler(db, { runKey: run.runKey });
+  } catch (e) {
+    failure = { error: e };
+  } finally {
+    await close(failure !== undefined);
+  }
+  return failure;
+}
+
+/** Statements that would end or nest the receiver's transaction. */
+const TX_CONTROL = /^\s*(BEGIN|START|COMMIT|END|ROLLBACK|ABORT|SAVEPOINT|RELEASE|PREPARE\s+TRANSACTION)\b/i;
+
+/**
+ * The handler's view of the transaction: its statements run in it, one at a time in call
+ * order, while the handler runs. Closed once the handler has returned or thrown.
+ */
+function effectDb(dialect: EffectDb['dialect'], tx: ModuleTransaction): { handle: EffectDb; close: (gaveUp: boolean) => Promise<void> } {
+  let open = true;
+  const exec = (sql: string, params: readonly unknown[], want: 'rows' | 'changes') => {
+    // Checked when called: a statement issued while the handler runs belongs to the
+    // transaction even if the handler returns before it finishes.
+    if (!open) return Promise.reject(new Error('the effect transaction has ended; db is closed (await every query inside the handler)'));
+    // The handler's writes belong to the receiver's transaction; it must not commit or end it.
+    if (TX_CONTROL.test(sql)) return Promise.reject(new Error("a module effect runs inside the receiver's transaction; do not BEGIN, COMMIT or ROLLBACK"));
+    return tx.statement(sql, params, want);
+  };
+  const handle: EffectDb = {
+    dialect,
+    async query<T>(sql: string, params: readonly unknown[] = []): Promise<T[]> {
+      return (await exec(sql, params, 'rows')).rows as T[];
+    },
+    async run(sql: string, params: readonly unknown[] = []): Promise<{ changes: number }> {
+      return { changes: (await exec(sql, params, 'changes')).changes };
+    },
+  };
+  // Closing refuses new statements, then waits for any the handler left running: the ledger
+  // row must not be written between one of them and its end.
+  const close = async (gaveUp: boolean) => {
+    open = false;
+    await tx.handlerDone(gaveUp);
+  };
+  return { handle, close };
+}
+
+function message(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}

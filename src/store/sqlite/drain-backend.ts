@@ -1,0 +1,234 @@
+import type { DrainBackend, ModuleTransaction, WriteOptions } from '../drain/backend.js';
+import type { Steps, StmtResult } from '../sql.js';
+import { sqliteError, whenUnlocked } from './errors.js';
+import { ingestIsWaiting, yieldToIngest } from './lock-priority.js';
+import type { Db } from './open.js';
+import { dialect, runSteps } from './steps.js';
+import type { WalSync } from './wal-sync.js';
+
+/**
+ * The drain's SQLite, on a connection of its own (a module effect holds a transaction
+ * across an await; it must not share the ingest connection). What SQLite differs in:
+ * - One write lock. Every write runs in BEGIN IMMEDIATE, retried while another process
+ *   holds the lock without blocking the thread (whenUnlocked), after giving way to an
+ *   ingest thread that waits for it (lock-priority.ts). Statements run synchronously inside
+ *   the transaction, so nothing else on the connection runs between two of them.
+ * - serve's group commit: the steps of a claim batch share transactions (see inGroup).
+ * - Durability is explicit in serve (wal-sync.ts): `sync()` awaits an fdatasync of the WAL
+ *   (before an external effect acts); every other commit is made durable soon after.
+ * - The heartbeat never waits for a transaction open on the connection (see renew).
+ */
+export interface DrainConnection {
+  db: Db;
+  /** How long a drain write waits for another process's write lock before failing. */
+  busyTimeoutMs: number;
+  /**
+   * `serve`: the connection commits with synchronous=NORMAL and durability is explicit (see
+   * wal-sync.ts). Absent: synchronous=FULL, every commit durable when it returns (CLI, tests).
+   */
+  wal?: WalSync | undefined;
+  /** serve: raised while the ingest thread waits for the write lock; the drain gives way (lock-priority.ts). */
+  ingestWaiting?: Int32Array | undefined;
+}
+
+/**
+ * How long a group's transaction stays open before the next step commits it. The ingest
+ * thread waits for the write lock meanwhile, so this bounds what a group adds to a delivery.
+ */
+const GROUP_MS = 3;
+
+/** The module effect's own transaction, or its savepoint inside a group's. */
+const EFFECT_SAVEPOINT = 'receiver_module_effect';
+
+export class SqliteDrainBackend implements DrainBackend {
+  readonly name = 'sqlite';
+  readonly dialect = dialect;
+  readonly #c: DrainConnection;
+  /** Inside inGroup: the group's transaction, open from its first write until it commits. */
+  #group: { openSince: number | undefined } | undefined;
+  /** A heartbeat found a transaction open on the connection and left its renewal to it. */
+  #deferred: (() => Steps<void>) | undefined;
+
+  constructor(c: DrainConnection) {
+    this.#c = c;
+  }
+
+  read<T>(what: string, steps: Steps<T>): Promise<T> {
+    try {
+      return Promise.resolve(runSteps(this.#c.db, steps));
+    } catch (e) {
+      return Promise.reject(sqliteError(e, what));
+    }
+  }
+
+  async write<T>(what: string, steps: () => Steps<T>, options: WriteOptions = {}): Promise<T> {
+    const result = await this.#immediate(what, () => runSteps(this.#c.db, steps()));
+    // In a group, durability follows the group's commit.
+    if (options.commitNow === true) this.#commitGroup();
+    if (this.#group === undefined) this.#durableSoon();
+    return result;
+  }
+
+  async renew(what: string, steps: () => Steps<void>): Promise<void> {
+    // A module effect's or a group's transaction is open: it holds the write lock, so no
+    // other drain can take a claim meanwhile; the renewal runs just before it commits.
+    if (this.#c.db.inTransaction) {
+      this.#deferred = steps;
+      return;
+    }
+    // Never opens a group's transaction (it would stay open while an external effect runs).
+    await this.#immediate(what, () => runSteps(this.#c.db, steps()), { alone: true });
+    this.#durableSoon();
+  }
+
+  async sync(what: string): Promise<void> {
+    try {
+      await this.#c.wal?.sync();
+    } catch (e) {
+      throw sqliteError(e, what);
+    }
+  }
+
+  /**
+   * serve's drain: the steps of a claim batch share transactions, committed every GROUP_MS
+   * (and when the ingest thread waits for the lock, before an external effect acts, right
+   * after its result is recorded, and at the end). A COMMIT writes every page the
+   * transaction touched to the log; a no-op module effect's own statements cost less than
+   * that. Steps inside run as savepoints of the group's transaction (better-sqlite3 nests
+   * transaction functions that way), so a failing step rolls back only itself. Only with
+   * explicit durability (`wal`): elsewhere each step commits. A group that fails to commit
+   * takes its claims with it: those events are claimed again.
+   */
+  async inGroup<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.#c.wal === undefined || this.#group !== undefined) return fn();
+    this.#group = { openSince: undefined };
+    try {
+      return await fn();
+    } finally {
+      try {
+        this.#commitGroup();
+      } finally {
+        this.#group = undefined;
+      }
+    }
+  }
+
+  async moduleTransaction(what: string): Promise<ModuleTransaction> {
+    const db = this.#c.db;
+    const inGroup = this.#group !== undefined;
+    if (this.#group !== undefined) {
+      await this.#enterGroup(this.#group);
+      db.exec(`SAVEPOINT ${EFFECT_SAVEPOINT}`);
+    } else {
+      yieldToIngest(this.#c.ingestWaiting);
+      await whenUnlocked(what, Date.now() + this.#c.busyTimeoutMs, () => db.exec('BEGIN IMMEDIATE'));
+    }
+    const rollback = () => {
+      if (inGroup) {
+        db.exec(`ROLLBACK TO ${EFFECT_SAVEPOINT}`);
+        db.exec(`RELEASE ${EFFECT_SAVEPOINT}`);
+      } else if (db.inTransaction) db.exec('ROLLBACK');
+    };
+    return {
+      run: (steps) => runSteps(db, steps),
+      statement: async (sql, params, want) => {
+        const s = db.prepare(sql);
+        if (want === 'rows' && s.reader) return { rows: s.all(...params), changes: 0 } satisfies StmtResult;
+        return { rows: [], changes: s.run(...params).changes };
+      },
+      handlerDone: async () => {},
+      commit: async () => {
+        if (inGroup) {
+          db.exec(`RELEASE ${EFFECT_SAVEPOINT}`);
+          return;
+        }
+        this.#runDeferred();
+        db.exec('COMMIT');
+        this.#durableSoon();
+      },
+      rollback: async () => rollback(),
+      fail: async (e) => {
+        rollback();
+        return this.#stepFailed(e, what);
+      },
+      connectionLost: () => undefined,
+    };
+  }
+
+  /**
+   * Runs `fn` in one IMMEDIATE transaction; SQLITE_BUSY is retried without blocking the
+   * thread. In a group, a savepoint of the group's transaction instead (`alone`: unless
+   * the group's transaction is not open).
+   */
+  async #immediate<T>(what: string, fn: () => T, options: { alone?: boolean } = {}): Promise<T> {
+    const c = this.#c;
+    const g = this.#group;
+    if (g === undefined || (options.alone === true && g.openSince === undefined)) {
+      const tx = c.db.transaction(() => {
+        this.#runDeferred();
+        return fn();
+      });
+      yieldToIngest(c.ingestWaiting);
+      return whenUnlocked(what, Date.now() + c.busyTimeoutMs, () => tx.immediate());
+    }
+    await this.#enterGroup(g);
+    try {
+      return c.db.transaction(fn)();
+    } catch (e) {
+      throw this.#stepFailed(e, what);
+    }
+  }
+
+  /** Before a write in a group: commit one that is old enough (or that ingest waits for), and open one if none is. */
+  async #enterGroup(g: { openSince: number | undefined }): Promise<void> {
+    const c = this.#c;
+    if (g.openSince !== undefined && (Date.now() - g.openSince >= GROUP_MS || ingestIsWaiting(c.ingestWaiting))) this.#commitGroup();
+    if (g.openSince !== undefined) return;
+    yieldToIngest(c.ingestWaiting);
+    await whenUnlocked('drain group', Date.now() + c.busyTimeoutMs, () => c.db.exec('BEGIN IMMEDIATE'));
+    g.openSince = Date.now();
+  }
+
+  /** Commits the group's transaction if one is open. A failed COMMIT rolls it all back: claims included. */
+  #commitGroup(): void {
+    const g = this.#group;
+    if (g?.openSince === undefined) return;
+    g.openSince = undefined;
+    const db = this.#c.db;
+    try {
+      this.#runDeferred();
+      db.exec('COMMIT');
+    } catch (e) {
+      if (db.inTransaction) db.exec('ROLLBACK');
+      throw sqliteError(e, 'drain group commit');
+    }
+    this.#durableSoon();
+  }
+
+  /**
+   * A step failed and rolled back its own part. In a group, the group's transaction is ended
+   * too (committed if it can be), so the write lock is not held while the caller waits to try
+   * again: another process may be the one to free what failed (a purge on a full disk).
+   */
+  #stepFailed(e: unknown, what: string): Error {
+    try {
+      this.#commitGroup();
+    } catch {
+      // Rolled back: its claims went with it, and those events are claimed again.
+    }
+    return sqliteError(e, what);
+  }
+
+  /** Inside a transaction about to commit: the renewal a heartbeat left to it. */
+  #runDeferred(): void {
+    const steps = this.#deferred;
+    if (steps === undefined) return;
+    this.#deferred = undefined;
+    runSteps(this.#c.db, steps());
+  }
+
+  /** After a commit whose loss in a power cut would only repeat work (claims, settles, module effects). */
+  #durableSoon(): void {
+    this.#c.wal?.syncSoon();
+  }
+}

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { afterAll, describe, expect, it } from 'vitest';
 import { BIN, runCli, runInProcess, tempDir, writeConfig } from '../helpers.js';
@@ -34,7 +34,8 @@ describe('receiver check-config', () => {
   };
 
   const valid = (d: string) => {
-    writeFileSync(`${d}/shop.secret`, `${FILE_SECRET}\n`);
+    // Readable by its owner only, as a secret file should be (else check-config warns).
+    writeFileSync(`${d}/shop.secret`, `${FILE_SECRET}\n`, { mode: 0o600 });
     writeFileSync(`${d}/issue-licence`, '#!/bin/sh\nexit 0\n', { mode: 0o755 });
     return {
       sources: {
@@ -302,6 +303,8 @@ describe('receiver check-config', () => {
       chmodSync(tmp.dir, 0o755);
       chmodSync(d, 0o755);
       valid(d);
+      // The secret, the service's own: readable by the user check-config runs as.
+      if (root) chownSync(`${d}/shop.secret`, 65534, 65534);
       writeFileSync(`${d}/root-only.sh`, '#!/bin/sh\nexit 0\n', { mode: 0o700 });
       chmodSync(`${d}/root-only.sh`, root ? 0o700 : 0o600);
       mkdirSync(`${d}/ro`);

@@ -45,11 +45,16 @@ export const RAN_OUTCOMES: readonly AttemptOutcomeName[] = ['ok', 'failed', 'tim
  */
 export type AttemptRowOutcome = Exclude<AttemptOutcomeName, 'timeout'> | 'running';
 
-/** What became of one request to POST /webhooks/:source (the `delivery` log line, metrics). */
+/**
+ * What became of one request to POST /webhooks/:source (the `delivery` log line, metrics).
+ * `replayed`: a source that dedupes by body got a body it already stored under another
+ * delivery id within the retry horizon (a captured delivery sent again under a fresh id).
+ */
 export const DELIVERY_OUTCOMES = [
   'accepted',
   'duplicate',
   'conflict',
+  'replayed',
   'handshake',
   'unauthorized',
   'too_large',

@@ -176,6 +176,8 @@ export interface PurgeReport {
   bodiesDropped: number;
   /** Effect ledger entries deleted (or, dry, purgeable now). */
   ledgerPurged: number;
+  /** Body keys past their retry horizon deleted (or, dry, expired now); every run removes them. */
+  bodyKeysPurged: number;
   dryRun: boolean;
   /** Done events received before this instant were purged (null without --days). */
   purgedBefore: string | null;
@@ -227,6 +229,7 @@ async function runPurge(store: Store, options: PurgeOptions, io: CliIo): Promise
     conflictsPurged: 0,
     bodiesDropped: 0,
     ledgerPurged: 0,
+    bodyKeysPurged: 0,
     dryRun: options.dryRun === true,
     purgedBefore: purgeCutoff === undefined ? null : new Date(purgeCutoff).toISOString(),
     bodiesDroppedBefore: bodiesCutoff === undefined ? null : new Date(bodiesCutoff).toISOString(),
@@ -244,6 +247,7 @@ async function runPurge(store: Store, options: PurgeOptions, io: CliIo): Promise
     }
     // Keys still referred to by events that --days would delete are not counted.
     if (ledgerCutoff !== undefined) report.ledgerPurged = await store.countLedgerPurgeable(ledgerCutoff);
+    report.bodyKeysPurged = await store.countExpiredBodyKeys(now);
     return report;
   }
   const times: BatchTimes = { batches: 0, ms: [] };
@@ -290,6 +294,16 @@ async function runPurge(store: Store, options: PurgeOptions, io: CliIo): Promise
         progress.update,
       );
     }
+    // Body keys whose retry horizon is over protect nothing any more, whatever the options.
+    await inBatches(
+      times,
+      async () => {
+        const removed = await store.purgeBodyKeysBatch(now, size);
+        report.bodyKeysPurged += removed;
+        return { more: removed === size, wrote: removed > 0 };
+      },
+      progress.update,
+    );
   } finally {
     progress.end();
   }
@@ -320,6 +334,8 @@ function describe(report: PurgeReport, options: PurgeOptions): string {
         (report.dryRun && options.days !== undefined ? ' (not counting those only the events above refer to).' : '.'),
     );
   }
+  if (report.bodyKeysPurged > 0)
+    lines.push(`${verb} ${report.bodyKeysPurged} body key(s) past their retry horizon (a body sent again under a new delivery id is a new event after it).`);
   if (report.dryRun) lines.push('Dry run: nothing was changed.');
   else
     lines.push(`${report.batches} batch(es) of up to ${report.batchSize} rows; batch time median ${report.batchMs.median} ms, max ${report.batchMs.max} ms.`);

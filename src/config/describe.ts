@@ -16,6 +16,7 @@ export function describeConfig(config: Config) {
       successStatus: s.successStatus,
       retryHorizonHours: s.retryHorizonHours,
       onConflict: s.options.onConflict,
+      dedupeByBody: s.dedupeByBody,
       ...catchUpOf(config, s.name),
     })),
     routes: config.routes.map((r) => ({

@@ -27,6 +27,11 @@ const sourceSchema = z.strictObject({
   onConflict: z.enum(['reject', 'accept']).default('reject'),
   successStatus: z.number().int().min(200).max(299).optional(),
   retryHorizonHours: z.number().positive().optional(),
+  /**
+   * The same body under a new delivery id within the retry horizon is a duplicate. Default:
+   * on where the provider's delivery id is outside the signature (GitHub, Shopify, ...).
+   */
+  dedupeByBody: z.boolean().optional(),
   // Generic HMAC (`hmac-sha256`) and the template-driven providers.
   header: headerName().optional(),
   prefix: z.string().optional(),

@@ -14,6 +14,9 @@ const OUTCOME_LEVEL: Record<DeliveryOutcome['outcome'], 'info' | 'warn' | 'error
   // A wrong secret after a rotation shows up here first.
   unauthorized: 'warn',
   conflict: 'warn',
+  // A stored body under a fresh delivery id: a captured delivery sent again, or a sender
+  // that sends one body as two events (then its source wants "dedupeByBody": false).
+  replayed: 'warn',
   unavailable: 'error',
   error: 'error',
 };

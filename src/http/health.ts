@@ -22,7 +22,7 @@ export function ingestHealth({ now = Date.now, recentMs = RETRY_AFTER_SECONDS * 
     observe(outcome: DeliveryOutcome['outcome']): void {
       if (outcome === 'unavailable') unavailableAt = now();
       // The store committed (or read a committed row): inserts go through again.
-      else if (outcome === 'accepted' || outcome === 'duplicate' || outcome === 'conflict') unavailableAt = undefined;
+      else if (outcome === 'accepted' || outcome === 'duplicate' || outcome === 'conflict' || outcome === 'replayed') unavailableAt = undefined;
     },
     failing(): boolean {
       return unavailableAt !== undefined && now() - unavailableAt < recentMs;

@@ -126,6 +126,7 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
         receivedAt: delivery.now,
         successStatus: source.successStatus,
         onConflict: source.options.onConflict,
+        bodyKeyExpiresAt: source.dedupeByBody ? delivery.now + source.retryHorizonHours * 3_600_000 : undefined,
         origin: test === undefined ? undefined : 'test',
       });
       report({ outcome: result.outcome, status: result.status, eventId: result.eventId, deliveryId, eventType: identity.eventType });

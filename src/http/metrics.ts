@@ -110,7 +110,7 @@ export class ReceiverMetrics {
     this.#sources = new Set(sources);
     this.#deliveries = new Counter({
       name: 'receiver_deliveries_total',
-      help: 'Webhook deliveries received, by source and outcome (accepted, duplicate, conflict, unauthorized, too_large, unavailable, ...)',
+      help: 'Webhook deliveries received, by source and outcome (accepted, duplicate, conflict, replayed, unauthorized, too_large, unavailable, ...)',
       labelNames: ['source', 'outcome'],
       registers,
     });

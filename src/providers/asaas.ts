@@ -12,6 +12,7 @@ export const asaas: Provider = {
   retryHorizonHours: 336,
   // Asaas counts only HTTP 200 as delivered; anything else penalises the queue.
   successStatus: 200,
+  unsignedDeliveryId: false,
   needsSecret: true,
   fields: [],
 

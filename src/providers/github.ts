@@ -15,6 +15,8 @@ export const github: Provider = {
   // No automatic retries; a manual redelivery (kept 3 days in the UI) reuses the GUID.
   retryHorizonHours: 72,
   successStatus: 202,
+  // X-GitHub-Delivery is not signed, and no timestamp is: a captured push replays forever.
+  unsignedDeliveryId: true,
   needsSecret: true,
   fields: [],
 

@@ -17,6 +17,8 @@ export const gitlab: Provider = {
   // the Idempotency-Key. Keep keys as long as the generic default.
   retryHorizonHours: 72,
   successStatus: 202,
+  // Idempotency-Key is read first and no signature covers it (the token signs nothing).
+  unsignedDeliveryId: true,
   needsSecret: true,
   fields: ['toleranceSeconds', 'secretEncoding'],
 

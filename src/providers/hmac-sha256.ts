@@ -31,6 +31,11 @@ export function identifyByTemplate(d: Delivery, source: ResolvedSource) {
   return { deliveryId: id, eventType: type ?? 'unknown' };
 }
 
+/** Whether the `deliveryId` template reads a header: a header no signature of this provider covers. */
+export function idTemplateReadsHeader(options: ResolvedSource['options']): boolean {
+  return /\{header\./.test(options.deliveryId ?? '');
+}
+
 /** Where the `eventType` template reads the type, when it is one placeholder alone (`{body.type}`, `{header.x-event}`). */
 export function templateEventTypeAt(options: ResolvedSource['options']): EventTypePlace | undefined {
   const m = /^\{(body|header)\.([^{}]+)\}$/.exec(options.eventType ?? '');
@@ -55,6 +60,8 @@ export const hmacSha256: Provider = {
   signatureHeaders: [],
   retryHorizonHours: 72,
   successStatus: 202,
+  // An id read from a header is never signed (signedPayload signs only {timestamp} and {body}).
+  unsignedDeliveryId: (options) => idTemplateReadsHeader(options),
   needsSecret: true,
   fields: ['toleranceSeconds', 'header', 'prefix', 'encoding', 'timestampHeader', 'signedPayload', 'deliveryId', 'eventType'],
 

@@ -10,6 +10,8 @@ export const lemonsqueezy: Provider = {
   // Three retries with exponential backoff, over minutes.
   retryHorizonHours: 1,
   successStatus: 202,
+  // The id is the body's hash.
+  unsignedDeliveryId: false,
   needsSecret: true,
   fields: [],
 

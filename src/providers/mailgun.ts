@@ -45,6 +45,7 @@ export const mailgun: Provider = {
   // Retries for about 8 hours; only 200 counts as success (406 stops retries).
   retryHorizonHours: 8,
   successStatus: 200,
+  unsignedDeliveryId: false,
   needsSecret: true,
   fields: ['toleranceSeconds'],
 

@@ -37,6 +37,8 @@ export const mailwebhook: Provider = {
   // the same idempotency key. Keep keys as long as the generic default.
   retryHorizonHours: 72,
   successStatus: 202,
+  // X-Idempotency-Key is outside the signed `t.body`.
+  unsignedDeliveryId: true,
   needsSecret: true,
   fields: ['keys', 'toleranceSeconds'],
 

@@ -7,6 +7,8 @@ export const none: Provider = {
   signatureHeaders: [],
   retryHorizonHours: 72,
   successStatus: 202,
+  // Nothing is signed: a body check would protect nothing against anyone who can post.
+  unsignedDeliveryId: false,
   needsSecret: false,
   fields: ['deliveryId', 'eventType'],
   validate: validateTemplates,

@@ -19,6 +19,7 @@ export const paddle: Provider = {
   // Paddle retries for up to 3 days and counts only 200 as delivered.
   retryHorizonHours: 72,
   successStatus: 200,
+  unsignedDeliveryId: false,
   needsSecret: true,
   fields: ['toleranceSeconds'],
 

@@ -13,6 +13,8 @@ export const shopify: Provider = {
   // Shopify retries a failed delivery 8 times over about 4 hours.
   retryHorizonHours: 4,
   successStatus: 202,
+  // X-Shopify-Webhook-Id is not signed, nor is any timestamp.
+  unsignedDeliveryId: true,
   needsSecret: true,
   fields: [],
 

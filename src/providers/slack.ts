@@ -23,6 +23,8 @@ export const slack: Provider = {
   // Events API retries 3 times: at once, after 1 minute, after 5 minutes.
   retryHorizonHours: 1,
   successStatus: 202,
+  // event_id is in the signed body; other ids are the body's hash.
+  unsignedDeliveryId: false,
   needsSecret: true,
   fields: ['toleranceSeconds'],
 

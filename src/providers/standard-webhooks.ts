@@ -51,6 +51,8 @@ export const standardWebhooks: Provider = {
   // Svix retries for about 28 hours; the spec suggests days. Keep keys for three.
   retryHorizonHours: 72,
   successStatus: 202,
+  // webhook-id is signed.
+  unsignedDeliveryId: false,
   needsSecret: true,
   fields: ['toleranceSeconds', 'secretEncoding'],
   keyProblem: standardWebhooksKeyProblem,

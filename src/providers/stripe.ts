@@ -9,6 +9,7 @@ export const stripe: Provider = {
   signatureHeaders: ['stripe-signature'],
   retryHorizonHours: 72,
   successStatus: 202,
+  unsignedDeliveryId: false,
   needsSecret: true,
   fields: ['toleranceSeconds'],
 

@@ -70,6 +70,8 @@ export const twilio: Provider = {
   // Twilio retries a failed webhook once (connection overrides can add a few more).
   retryHorizonHours: 1,
   successStatus: 202,
+  // I-Twilio-Idempotency-Token is a header Twilio does not sign.
+  unsignedDeliveryId: true,
   needsSecret: true,
   fields: ['publicUrl'],
 

@@ -33,6 +33,8 @@ export interface ResolvedSource {
   readonly keys: ReadonlyMap<string, Secret>;
   readonly successStatus: number;
   readonly retryHorizonHours: number;
+  /** The same body under a new delivery id within the retry horizon is a duplicate (see Provider.unsignedDeliveryId). */
+  readonly dedupeByBody: boolean;
 }
 
 export interface Identity {
@@ -110,6 +112,15 @@ export interface Provider {
   readonly retryHorizonHours: number;
   /** Success code the sender documents (200 for senders that count only 200). */
   readonly successStatus: number;
+  /**
+   * True when a delivery's id can change while its signed bytes stay the same: the id comes
+   * from a header the signature does not cover (GitHub's X-GitHub-Delivery, Shopify's
+   * X-Shopify-Webhook-Id). A captured delivery replayed under a fresh id would then be a new
+   * event, so such sources also dedupe by body within the retry horizon (the source's
+   * `dedupeByBody`, whose default this is). False where the id is signed, read from the
+   * signed body, or is the body's hash.
+   */
+  readonly unsignedDeliveryId: boolean | ((options: SourceConfig) => boolean);
   /** Does this provider need a secret? Only `none` does not. */
   readonly needsSecret: boolean;
   /** The provider-specific source fields this provider reads (see PROVIDER_FIELDS). */

@@ -93,6 +93,13 @@ const statements = memo((d: Dialect) => {
       (p) => `DELETE FROM effects WHERE effect_key IN (
         SELECT f.effect_key FROM effects f WHERE f.effect_key IN (${d.textList(p())}) AND ${ledgerPurgeable(p)}${d.skipLocked})`,
     ),
+    // Body keys past their retry horizon (ingest takes such a key over anyway), oldest event
+    // first: the walk of the event_id index meets the expired keys first.
+    countExpiredBodyKeys: text((p) => `SELECT count(*) AS n FROM body_keys WHERE expires_at <= ${p()}`),
+    purgeBodyKeys: text(
+      (p) => `DELETE FROM body_keys WHERE (source, body_sha256) IN (
+        SELECT source, body_sha256 FROM body_keys WHERE expires_at <= ${p()} ORDER BY event_id LIMIT ${p()}${d.skipLocked})`,
+    ),
     findEventId: text((p) => `SELECT id FROM events WHERE source = ${p()} AND delivery_id = ${p()}`),
     // The admin pages' sessions: a login also forgets the expired ones.
     forgetExpiredSessions: text((p) => `DELETE FROM admin_sessions WHERE expires_at <= ${p()}`),
@@ -189,6 +196,14 @@ export function* pickLedger(
 /** Deletes those of `keys` that are still purgeable. */
 export function* deleteLedger(d: Dialect, keys: readonly string[], finishedBefore: number): Steps<number> {
   return yield* changes(statements(d).deleteLedger, [d.ids(keys), finishedBefore]);
+}
+
+export function* countExpiredBodyKeys(d: Dialect, now: number): Steps<number> {
+  return (yield* first<{ n: number }>(statements(d).countExpiredBodyKeys, [now]))?.n ?? 0;
+}
+
+export function* purgeBodyKeys(d: Dialect, now: number, limit: number): Steps<number> {
+  return yield* changes(statements(d).purgeBodyKeys, [now, limit]);
 }
 
 export function* findEventId(d: Dialect, source: string, deliveryId: string): Steps<number | undefined> {
@@ -441,6 +456,8 @@ export type SharedOps = Pick<
   | 'countBodiesDroppable'
   | 'countLedgerPurgeable'
   | 'purgeLedgerBatch'
+  | 'countExpiredBodyKeys'
+  | 'purgeBodyKeysBatch'
   | 'findEventId'
   | 'nearDeliveryIds'
   | 'startAdminSession'
@@ -467,6 +484,8 @@ export function sharedOps(d: Dialect, run: StepRunner): SharedOps {
       const removed = keys.length === 0 ? 0 : await run.write('purge', () => deleteLedger(d, keys, finishedBefore));
       return { examined, picked: keys.length, removed, lastKey };
     },
+    countExpiredBodyKeys: (now) => run.alone('purge', countExpiredBodyKeys(d, now)),
+    purgeBodyKeysBatch: (now, limit) => run.write('purge', () => purgeBodyKeys(d, now, limit)),
     findEventId: (source, deliveryId) => run.alone('replay', findEventId(d, source, deliveryId)),
     nearDeliveryIds: (given, options) => run.alone('events list', nearDeliveryIds(d, given, options)),
     startAdminSession: (id, expiresAt, now) => run.write('admin login', () => startAdminSession(d, id, expiresAt, now)),

@@ -332,6 +332,15 @@ export interface OpsStore {
    */
   purgeLedgerBatch(finishedBefore: number, afterKey: string, limit: number): Promise<LedgerPurgeBatchResult>;
 
+  /** How many body keys have expired by `now` (their retry horizon is over). */
+  countExpiredBodyKeys(now: number): Promise<number>;
+
+  /**
+   * Deletes up to `limit` body keys expired by `now`, in one short write transaction; returns
+   * how many. A body key goes with its event (purgeBatch) or here once its horizon is over.
+   */
+  purgeBodyKeysBatch(now: number, limit: number): Promise<number>;
+
   /** How many `done` events with received_at < receivedBefore still have a body or headers. */
   countBodiesDroppable(receivedBefore: number): Promise<number>;
 

@@ -81,6 +81,12 @@ export abstract class StoreBase implements Omit<DrainStore, 'claimsAreLocal'>, S
   purgeLedgerBatch(finishedBefore: number, afterKey: string, limit: number) {
     return this.sharedOps.purgeLedgerBatch(finishedBefore, afterKey, limit);
   }
+  countExpiredBodyKeys(now: number) {
+    return this.sharedOps.countExpiredBodyKeys(now);
+  }
+  purgeBodyKeysBatch(now: number, limit: number) {
+    return this.sharedOps.purgeBodyKeysBatch(now, limit);
+  }
   findEventId(source: string, deliveryId: string) {
     return this.sharedOps.findEventId(source, deliveryId);
   }

@@ -8,6 +8,10 @@ import type { CatchUpStore } from './catch-up-types.js';
  *   receiver's own number, given in the 202 answer and used by `replay`.
  * - duplicate: a later delivery with the same (source, delivery id) and the same body
  *   hash. It gets the first delivery's stored answer, byte for byte; nothing new is stored.
+ * - body key: for a source that dedupes by body (its sender's delivery id is outside the
+ *   signature), the body's hash of a stored event, unique per source in `body_keys` until
+ *   the retry horizon ends. A later delivery with the same body under a new delivery id is
+ *   `replayed`: it gets the first one's stored answer and nothing new is stored.
  * - conflict: the same (source, delivery id) with a different body. Recorded in
  *   `conflicts`, answered 409 (or the stored answer with `"onConflict": "accept"`).
  * - status: pending (waiting for the drain, maybe until next_attempt_at), processing
@@ -41,13 +45,19 @@ export interface NewEvent {
    * sees it. Absent: pending for the drain.
    */
   unrouted?: string | undefined;
+  /**
+   * Dedupe by body as well until this time (receivedAt plus the retry horizon): the body key
+   * (source, bodySha256) is taken, or the delivery is `replayed`. Absent: by delivery id only.
+   */
+  bodyKeyExpiresAt?: number | undefined;
   /** `test`: a delivery send-test marked as a test (src/http/test-mark.ts). Absent: `webhook`. */
   origin?: 'webhook' | 'test' | undefined;
 }
 
 /** The answer for one delivery, decided by the database's unique constraint. */
 export interface IngestResult {
-  outcome: 'accepted' | 'duplicate' | 'conflict';
+  /** `replayed`: a new delivery id with a body whose key another event holds (see body key). */
+  outcome: 'accepted' | 'duplicate' | 'conflict' | 'replayed';
   eventId: number;
   status: number;
   /** JSON text sent to the sender; for duplicates, the first delivery's answer verbatim. */

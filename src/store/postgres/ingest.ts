@@ -35,6 +35,40 @@ const keyOf = (source: string, deliveryId: string) => `${source}\u0000${delivery
  * and cannot deadlock, and within a batch the first arrival of a delivery id is stored.
  */
 export async function ingestBatch(conn: Conn, items: readonly NewEvent[]): Promise<IngestResult[]> {
+  const rounds = bodyKeyRounds(items);
+  if (rounds.length === 1) return ingestRound(conn, items);
+  const results: IngestResult[] = new Array(items.length);
+  for (const round of rounds) {
+    const answers = await ingestRound(
+      conn,
+      round.map((i) => items[i]!),
+    );
+    round.forEach((i, k) => (results[i] = answers[k]!));
+  }
+  return results;
+}
+
+/**
+ * The batch split so that no two items of one round take the same body key: one statement
+ * may not upsert a row twice, and the later arrival of a body is decided against the
+ * earlier one's committed key. Nearly always one round: the whole batch.
+ */
+function bodyKeyRounds(items: readonly NewEvent[]): number[][] {
+  const rounds: number[][] = [];
+  const seen = new Map<string, number>();
+  items.forEach((e, i) => {
+    let r = 0;
+    if (e.bodyKeyExpiresAt !== undefined) {
+      const key = keyOf(e.source, e.bodySha256);
+      r = seen.get(key) ?? 0;
+      seen.set(key, r + 1);
+    }
+    (rounds[r] ??= []).push(i);
+  });
+  return rounds;
+}
+
+async function ingestRound(conn: Conn, items: readonly NewEvent[]): Promise<IngestResult[]> {
   const drawn = await conn.query<{ id: number }>('ingest', `SELECT nextval(pg_get_serial_sequence('events', 'id')) AS id FROM generate_series(1, $1)`, [
     items.length,
   ]);
@@ -44,19 +78,36 @@ export async function ingestBatch(conn: Conn, items: readonly NewEvent[]): Promi
   rows.sort((a, b) => compareItems(a.event, b.event) || a.arrival - b.arrival);
 
   const inserted = new Set<number>();
-  for (const chunk of chunks(rows, (r) => r.event)) {
-    const result = await conn.query<{ id: number }>('ingest', insertSql(chunk.length), insertParams(chunk));
-    for (const r of result.rows) inserted.add(r.id);
+  const replayed = new Set<number>();
+  if (items.every((e) => e.bodyKeyExpiresAt === undefined)) {
+    for (const chunk of chunks(rows, (r) => r.event)) {
+      const result = await conn.query<{ id: number }>('ingest', insertSql(chunk.length), insertParams(chunk));
+      for (const r of result.rows) inserted.add(r.id);
+    }
+  } else {
+    // Body keys beside the rows, in one transaction: a row whose key another live event
+    // holds is a replay, and is deleted before COMMIT (never seen by anyone else).
+    await conn.transaction('ingest', async (client) => {
+      inserted.clear();
+      replayed.clear();
+      for (const chunk of chunks(rows, (r) => r.event)) {
+        const result = await client.query<{ id: number; keyed: boolean | null }>(insertWithKeysSql(chunk.length), insertWithKeysParams(chunk));
+        for (const r of result.rows) (r.keyed === false ? replayed : inserted).add(r.id);
+      }
+      if (replayed.size > 0) await client.query(`DELETE FROM events WHERE id = ANY($1::bigint[])`, [[...replayed]]);
+    });
   }
 
   const results: (IngestResult | undefined)[] = new Array(items.length);
   const rest: number[] = [];
+  const replays: number[] = [];
   items.forEach((e, i) => {
     const id = ids[i]!;
     if (inserted.has(id)) results[i] = { outcome: 'accepted', eventId: id, status: e.successStatus, body: acceptedAnswer(id) };
+    else if (replayed.has(id)) replays.push(i);
     else rest.push(i);
   });
-  if (rest.length > 0) await answerExisting(conn, items, rest, results);
+  if (rest.length > 0 || replays.length > 0) await answerExisting(conn, items, rest, replays, results);
   return results as IngestResult[];
 }
 
@@ -65,8 +116,31 @@ export async function ingestBatch(conn: Conn, items: readonly NewEvent[]): Promi
  * id order, so concurrent batches counting duplicates of the same events take their row
  * locks in one order (no deadlock).
  */
-async function answerExisting(conn: Conn, items: readonly NewEvent[], rest: number[], results: (IngestResult | undefined)[]): Promise<void> {
+async function answerExisting(
+  conn: Conn,
+  items: readonly NewEvent[],
+  rest: number[],
+  replays: number[],
+  results: (IngestResult | undefined)[],
+): Promise<void> {
   await conn.transaction('ingest', async (client) => {
+    if (replays.length > 0) {
+      // The event holding each replay's body key, read after the write. A key purged with
+      // its event meanwhile: the batch fails and each item is retried alone, afresh.
+      const held = await client.query<{ source: string; body_sha256: string; id: number; response_status: number; response_body: string }>(
+        `SELECT k.source, k.body_sha256, e.id, e.response_status, e.response_body FROM body_keys AS k JOIN events AS e ON e.id = k.event_id
+         WHERE (k.source, k.body_sha256) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
+        [replays.map((i) => items[i]!.source), replays.map((i) => items[i]!.bodySha256)],
+      );
+      const holders = new Map(held.rows.map((r) => [keyOf(r.source, r.body_sha256), r]));
+      for (const i of replays) {
+        const e = items[i]!;
+        const first = holders.get(keyOf(e.source, e.bodySha256));
+        if (first === undefined) throw new Error(`body key of ${e.source}/${e.deliveryId} was refused but its event does not exist`);
+        results[i] = { outcome: 'replayed', eventId: first.id, status: first.response_status, body: first.response_body };
+      }
+      if (rest.length === 0) return;
+    }
     const { rows } = await client.query<ExistingRow>(
       `SELECT id, source, delivery_id, body_sha256, origin, response_status, response_body FROM events
        WHERE (source, delivery_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
@@ -174,6 +248,39 @@ function insertParams(chunk: readonly { event: NewEvent; id: number }[]): unknow
     e.unrouted ?? null,
     e.origin ?? 'webhook',
   ]);
+}
+
+/**
+ * The insert with body keys: the rows as insertSql, then a body key for each inserted row
+ * that dedupes by body (taken when new or expired, in key order so two receivers take keys
+ * in one order). `keyed`: true when the row took its key, false when another event holds it
+ * (a replay), null for a row that takes none.
+ */
+function insertWithKeysSql(rows: number): string {
+  const k = rows * COLUMNS;
+  return `WITH ev AS (${insertSql(rows)}),
+    k AS (INSERT INTO body_keys (source, body_sha256, event_id, expires_at)
+      SELECT u.source, u.body_sha256, u.event_id, u.expires_at
+      FROM unnest($${k + 1}::text[], $${k + 2}::text[], $${k + 3}::bigint[], $${k + 4}::bigint[]) AS u(source, body_sha256, event_id, expires_at)
+      WHERE u.event_id IN (SELECT id FROM ev)
+      ORDER BY u.source, u.body_sha256
+      ON CONFLICT (source, body_sha256) DO UPDATE SET event_id = excluded.event_id, expires_at = excluded.expires_at
+        WHERE body_keys.expires_at <= $${k + 5}
+      RETURNING event_id)
+    SELECT ev.id, CASE WHEN ev.id IN (SELECT event_id FROM k) THEN true WHEN ev.id = ANY($${k + 3}::bigint[]) THEN false END AS keyed FROM ev`;
+}
+
+function insertWithKeysParams(chunk: readonly { event: NewEvent; id: number }[]): unknown[] {
+  const keyed = chunk.filter((r) => r.event.bodyKeyExpiresAt !== undefined);
+  return [
+    ...insertParams(chunk),
+    keyed.map((r) => r.event.source),
+    keyed.map((r) => r.event.bodySha256),
+    keyed.map((r) => r.id),
+    keyed.map((r) => r.event.bodyKeyExpiresAt),
+    // A key is free from when it expires; the earliest arrival of the chunk decides.
+    Math.min(...chunk.map((r) => r.event.receivedAt)),
+  ];
 }
 
 /** Splits a list, in order, into chunks bounded in rows and body bytes. */

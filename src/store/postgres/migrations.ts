@@ -160,6 +160,26 @@ CREATE TABLE admin_sessions (
 );
 `,
   },
+  {
+    version: 7,
+    name: 'body keys',
+    // As SQLite's version 7: the body keys of sources that dedupe by body, those of the
+    // last 72 hours' events filled in.
+    sql: `
+CREATE TABLE body_keys (
+  source text NOT NULL,
+  body_sha256 text NOT NULL,
+  event_id bigint NOT NULL,
+  expires_at bigint NOT NULL,
+  PRIMARY KEY (source, body_sha256)
+);
+CREATE INDEX body_keys_event ON body_keys (event_id);
+INSERT INTO body_keys (source, body_sha256, event_id, expires_at)
+  SELECT source, body_sha256, id, received_at + 259200000 FROM events
+  WHERE received_at > (SELECT max(received_at) FROM events) - 259200000 ORDER BY id
+  ON CONFLICT DO NOTHING;
+`,
+  },
 ];
 
 export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

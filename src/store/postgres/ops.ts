@@ -31,11 +31,13 @@ export function sharedOpsOn(c: Conn): SharedOps {
 // the id index from the start, or, when few rows are old enough, the BRIN index on
 // received_at finds their block ranges; either way no sort of every candidate per batch.
 // status = 'done' only: pending, processing and dead events are never removed, and the
-// effect ledger (effects) is not touched, so a redelivered id's effects stay skipped.
+// effect ledger (effects) is not touched, so a redelivered id's effects stay skipped. A body
+// key goes with its event: a replay of its body is answered from the event.
 const PURGE = `WITH
   picked AS (SELECT id FROM events WHERE status = 'done' AND received_at < $1 ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
   a AS (DELETE FROM attempts WHERE event_id IN (SELECT id FROM picked) RETURNING 1),
   c AS (DELETE FROM conflicts WHERE event_id IN (SELECT id FROM picked) RETURNING 1),
+  k AS (DELETE FROM body_keys WHERE event_id IN (SELECT id FROM picked)),
   e AS (DELETE FROM events WHERE id IN (SELECT id FROM picked) RETURNING 1)
   SELECT (SELECT count(*) FROM e) AS events, (SELECT count(*) FROM a) AS attempts, (SELECT count(*) FROM c) AS conflicts`;
 

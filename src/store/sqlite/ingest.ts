@@ -21,6 +21,15 @@ export function ingestStatements(db: Db) {
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
     setAnswer: db.prepare(`UPDATE events SET response_body = ? WHERE id = ?`),
     existing: db.prepare(`SELECT id, body_sha256, origin, response_status, response_body FROM events WHERE source = ? AND delivery_id = ?`),
+    // The body key: taken when new, or when the one there has expired (an UPDATE that does not
+    // apply changes nothing, so `changes` says whether this event holds the key).
+    takeBodyKey: db.prepare(`INSERT INTO body_keys (source, body_sha256, event_id, expires_at) VALUES (?, ?, ?, ?)
+      ON CONFLICT (source, body_sha256) DO UPDATE SET event_id = excluded.event_id, expires_at = excluded.expires_at
+      WHERE body_keys.expires_at <= ?`),
+    // A replay's row, never committed: it is removed in the transaction that inserted it.
+    unInsert: db.prepare(`DELETE FROM events WHERE id = ?`),
+    keyHolder: db.prepare(`SELECT e.id, e.response_status, e.response_body FROM body_keys AS k JOIN events AS e ON e.id = k.event_id
+      WHERE k.source = ? AND k.body_sha256 = ?`),
     countDuplicate: db.prepare(`UPDATE events SET duplicates = duplicates + 1 WHERE id = ?`),
     // One row per differing body of an event: a repeat of it is counted, its body not stored again.
     recordConflict: db.prepare(`INSERT INTO conflicts (event_id, source, delivery_id, received_at, body_sha256, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -54,6 +63,14 @@ export function ingestOne(s: IngestStatements, e: NewEvent): IngestResult {
   );
   if (run.changes === 1) {
     const id = Number(run.lastInsertRowid);
+    // Insert first, then the body key beside it: a key another live event holds makes this
+    // delivery a replay of that event, and its row goes before the transaction commits.
+    if (e.bodyKeyExpiresAt !== undefined && s.takeBodyKey.run(e.source, e.bodySha256, id, e.bodyKeyExpiresAt, e.receivedAt).changes === 0) {
+      s.unInsert.run(id);
+      const first = s.keyHolder.get(e.source, e.bodySha256) as Omit<ExistingRow, 'body_sha256' | 'origin'> | undefined;
+      if (first === undefined) throw new Error(`body key of ${e.source}/${e.deliveryId} was refused but its event does not exist`);
+      return { outcome: 'replayed', eventId: first.id, status: first.response_status, body: first.response_body };
+    }
     const body = acceptedAnswer(id);
     s.setAnswer.run(body, id);
     return { outcome: 'accepted', eventId: id, status: e.successStatus, body };

@@ -191,6 +191,30 @@ CREATE TABLE admin_sessions (
 `,
     apply: (db) => widenCheck(db, 'events', "CHECK (origin IN ('webhook', 'catch-up'))", "CHECK (origin IN ('webhook', 'catch-up', 'test'))"),
   },
+  {
+    version: 7,
+    name: 'body keys',
+    // One row per (source, body hash) of an event stored by a source that dedupes by body,
+    // until the retry horizon ends (expires_at): the same body under a new delivery id is
+    // then answered with event_id's stored answer. Purge deletes a key with its event, and
+    // expired keys. The index on event_id serves both. Events of the last 72 hours before
+    // the upgrade (GitHub's horizon, the longest of the senders whose ids are unsigned) get
+    // a key, the first event of each body: a key of a source that does not dedupe by body is
+    // never consulted, and goes when it expires.
+    sql: `
+CREATE TABLE body_keys (
+  source TEXT NOT NULL,
+  body_sha256 TEXT NOT NULL,
+  event_id INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,
+  PRIMARY KEY (source, body_sha256)
+) WITHOUT ROWID;
+CREATE INDEX body_keys_event ON body_keys (event_id);
+INSERT OR IGNORE INTO body_keys (source, body_sha256, event_id, expires_at)
+  SELECT source, body_sha256, id, received_at + 259200000 FROM events
+  WHERE received_at > (SELECT max(received_at) FROM events) - 259200000 ORDER BY id;
+`,
+  },
 ];
 
 export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

@@ -299,7 +299,8 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
       keys,
       successStatus: options.successStatus ?? provider.successStatus,
       retryHorizonHours: options.retryHorizonHours ?? provider.retryHorizonHours,
-      dedupeByBody: options.dedupeByBody ?? (typeof provider.unsignedDeliveryId === 'function' ? provider.unsignedDeliveryId(options) : provider.unsignedDeliveryId),
+      dedupeByBody:
+        options.dedupeByBody ?? (typeof provider.unsignedDeliveryId === 'function' ? provider.unsignedDeliveryId(options) : provider.unsignedDeliveryId),
     });
   }
 

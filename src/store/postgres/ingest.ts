@@ -116,13 +116,7 @@ async function ingestRound(conn: Conn, items: readonly NewEvent[]): Promise<Inge
  * id order, so concurrent batches counting duplicates of the same events take their row
  * locks in one order (no deadlock).
  */
-async function answerExisting(
-  conn: Conn,
-  items: readonly NewEvent[],
-  rest: number[],
-  replays: number[],
-  results: (IngestResult | undefined)[],
-): Promise<void> {
+async function answerExisting(conn: Conn, items: readonly NewEvent[], rest: number[], replays: number[], results: (IngestResult | undefined)[]): Promise<void> {
   await conn.transaction('ingest', async (client) => {
     if (replays.length > 0) {
       // The event holding each replay's body key, read after the write. A key purged with

@@ -37,8 +37,9 @@ export const mailwebhook: Provider = {
   // the same idempotency key. Keep keys as long as the generic default.
   retryHorizonHours: 72,
   successStatus: 202,
-  // X-Idempotency-Key is outside the signed `t.body`.
-  unsignedDeliveryId: true,
+  // X-Idempotency-Key is outside the signed `t.body`, but the signed timestamp bounds a replay
+  // to toleranceSeconds, and one message reaches several routes as one body under several keys.
+  unsignedDeliveryId: false,
   needsSecret: true,
   fields: ['keys', 'toleranceSeconds'],
 

@@ -36,7 +36,8 @@ beforeAll(async () => {
       sw: { provider: 'standard-webhooks', secrets: [SW_OLD, SW_NEW] },
       polar: { provider: 'standard-webhooks', secret: POLAR, secretEncoding: 'utf8' },
       polarBase64: { provider: 'standard-webhooks', secret: POLAR },
-      github: { provider: 'github', secrets: [GH_OLD, GH_NEW] },
+      // By delivery id alone: one push reaching two hooks is one body (body dedupe: test/http/body-dedupe.test.ts).
+      github: { provider: 'github', secrets: [GH_OLD, GH_NEW], dedupeByBody: false },
     },
     NOW,
   );

@@ -3,13 +3,15 @@
 //
 //   npm run build && node bench/ingest.mjs [--seconds 10] [--connections 16,64] [--rounds 1] [--load wrk|autocannon]
 //                                          [--no-drain] [--no-route] [--db postgres://...] [--skip-1m]
-//                                          [--rate 200] [--rate-seconds 5] [--drain-wait 60]
+//                                          [--rate 200] [--rate-seconds 5] [--drain-wait 60] [--dedupe-by-body]
 //
 // Per connection count it measures, one after the other: the bare Hono server (stores
 // nothing), `receiver serve` with `drain.enabled: false`, and `receiver serve` as shipped:
 // drain on, one route (source "shop", every event) whose effect is a no-op `module` written
 // to a temp dir, logs at info to a file. --no-drain leaves the drain-on run out; --no-route
-// runs both receivers without the route. --rounds N repeats the three
+// runs both receivers without the route. --dedupe-by-body adds a fourth run after drain on: the
+// same, with `dedupeByBody: true` on the source (a body key written beside every event), and
+// prints its req/s against drain on's. --rounds N repeats the
 // runs N times and prints medians: on a shared machine whose speed drifts, one run can be
 // off by a third.
 //
@@ -67,6 +69,7 @@ const { values: args } = parseArgs({
     rate: { type: 'string', default: '200' },
     'rate-seconds': { type: 'string', default: '5' },
     'drain-wait': { type: 'string', default: '60' },
+    'dedupe-by-body': { type: 'boolean', default: false },
   },
 });
 const HAS_WRK = spawnSync('wrk', ['--version']).error === undefined;
@@ -409,14 +412,22 @@ async function measure(label, start, connections, { acked, drained = false } = {
 }
 
 /** The receiver's configuration: the route with the no-op module unless --no-route. */
-function receiverConfig(database, { drain }) {
+function receiverConfig(database, { drain, dedupeByBody = false }) {
   const file = join(dir, `config-${randomBytes(3).toString('hex')}.json`);
   writeFileSync(
     file,
     JSON.stringify({
       database,
       sources: {
-        shop: { provider: 'hmac-sha256', header: 'X-Signature', prefix: 'sha256=', secret: SECRET, deliveryId: '{body.id}', eventType: '{body.type}' },
+        shop: {
+          provider: 'hmac-sha256',
+          header: 'X-Signature',
+          prefix: 'sha256=',
+          secret: SECRET,
+          deliveryId: '{body.id}',
+          eventType: '{body.type}',
+          dedupeByBody,
+        },
       },
       routes: ROUTE ? [{ name: 'noop', source: 'shop', events: ['*'], key: '{body.id}', effect: { module: MODULE_FILE } }] : [],
       drain: { enabled: drain },
@@ -599,8 +610,9 @@ async function probeLatency() {
 }
 
 const results = [];
-const runs = ['bare', 'off', ...(DRAIN_ON ? ['on'] : [])];
-const LABEL = { bare: 'bare hono (stores nothing)', off: 'receiver, drain off', on: 'receiver, drain on' };
+const BODY_KEYS = DRAIN_ON && args['dedupe-by-body'];
+const runs = ['bare', 'off', ...(DRAIN_ON ? ['on'] : []), ...(BODY_KEYS ? ['body'] : [])];
+const LABEL = { bare: 'bare hono (stores nothing)', off: 'receiver, drain off', on: 'receiver, drain on', body: 'drain on, dedupeByBody' };
 console.log(
   `ingest benchmark: ${SECONDS}s per run, load from ${LOAD}, receiver started as the systemd unit does (node ${UNIT_NODE_OPTIONS.join(' ')}), ` +
     `connections ${CONNECTIONS.join(', ')}, store ${args.db ?? 'SQLite (synchronous=FULL)'}, ${ROUTE ? 'one route with a no-op module effect' : 'no route'}, ` +
@@ -618,7 +630,8 @@ for (let round = 1; round <= ROUNDS; round++) {
       // A PostgreSQL database is shared by the runs: count only this run's rows.
       const sinceId = database.startsWith('postgres') ? await pgMaxId(database) : 0;
       if (!database.startsWith('postgres')) wrkOffset = 0;
-      const r = await measure(LABEL[kind], receiver(database, { drain: kind === 'on' }), c, { acked, drained: kind === 'on' });
+      const drain = kind === 'on' || kind === 'body';
+      const r = await measure(LABEL[kind], receiver(database, { drain, dedupeByBody: kind === 'body' }), c, { acked, drained: drain });
       console.log(fmt(r));
       const check = await checkStored(database, acked, c, sinceId);
       console.log(`  stored vs acknowledged: ${check.text}`);
@@ -644,9 +657,9 @@ function summary(title, rows) {
     )
       .toFixed(2)
       .padStart(6)}`;
-    if (kind === 'on') {
-      line += `   drain on / drain off ${med((r) => r.on.rps / r.off.rps).toFixed(2)}`;
-      const secs = rows.map((r) => r.on.backlog.seconds);
+    if (kind === 'on' || kind === 'body') {
+      line += kind === 'on' ? `   drain on / drain off ${med((r) => r.on.rps / r.off.rps).toFixed(2)}` : `   dedupeByBody / drain on ${med((r) => r.body.rps / r.on.rps).toFixed(2)}`;
+      const secs = rows.map((r) => r[kind].backlog.seconds);
       line += `; backlog drained ${secs.map((x) => (x === null ? `not within ${DRAIN_WAIT_S} s` : `${x.toFixed(2)} s`)).join(', ')} after the load`;
     }
     out.push(line);
@@ -665,7 +678,8 @@ if (ROUNDS > 1) {
         .map((x) => x.toFixed(2))
         .join(', ');
     console.log(
-      `  per round: drain off / bare ${ratios((r) => r.off.rps / r.bare.rps)}${DRAIN_ON ? `; drain on / bare ${ratios((r) => r.on.rps / r.bare.rps)}; drain on / drain off ${ratios((r) => r.on.rps / r.off.rps)}` : ''}`,
+      `  per round: drain off / bare ${ratios((r) => r.off.rps / r.bare.rps)}${DRAIN_ON ? `; drain on / bare ${ratios((r) => r.on.rps / r.bare.rps)}; drain on / drain off ${ratios((r) => r.on.rps / r.off.rps)}` : ''}` +
+        (BODY_KEYS ? `; dedupeByBody / drain on ${ratios((r) => r.body.rps / r.on.rps)}` : ''),
     );
   }
 }

@@ -658,7 +658,10 @@ function summary(title, rows) {
       .toFixed(2)
       .padStart(6)}`;
     if (kind === 'on' || kind === 'body') {
-      line += kind === 'on' ? `   drain on / drain off ${med((r) => r.on.rps / r.off.rps).toFixed(2)}` : `   dedupeByBody / drain on ${med((r) => r.body.rps / r.on.rps).toFixed(2)}`;
+      line +=
+        kind === 'on'
+          ? `   drain on / drain off ${med((r) => r.on.rps / r.off.rps).toFixed(2)}`
+          : `   dedupeByBody / drain on ${med((r) => r.body.rps / r.on.rps).toFixed(2)}`;
       const secs = rows.map((r) => r[kind].backlog.seconds);
       line += `; backlog drained ${secs.map((x) => (x === null ? `not within ${DRAIN_WAIT_S} s` : `${x.toFixed(2)} s`)).join(', ')} after the load`;
     }

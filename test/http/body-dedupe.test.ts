@@ -90,7 +90,7 @@ const stripeHeaders = (body: Buffer, atMs: number) => ({
 });
 
 async function send(serve: ServeProcess, source: string, body: Buffer, headers: Record<string, string>): Promise<{ status: number; text: string }> {
-  const res = await fetch(`${serve.url}/webhooks/${source}`, { method: 'POST', headers, body });
+  const res = await fetch(`${serve.url}/webhooks/${source}`, { method: 'POST', headers, body: new Uint8Array(body) });
   return { status: res.status, text: await res.text() };
 }
 

@@ -136,10 +136,11 @@ interface BatchTimes {
   ms: number[];
 }
 
-/** What a batch said: whether more is left, and whether it wrote (took the write lock). */
+/** What a batch said: whether more is left, and whether it wrote (took the write lock); `idle`: it found nothing to do, and is not counted. */
 interface BatchDone {
   more: boolean;
   wrote: boolean;
+  idle?: boolean;
 }
 
 /**
@@ -149,7 +150,8 @@ interface BatchDone {
 async function inBatches(times: BatchTimes, batch: () => Promise<BatchDone>, after: () => void): Promise<void> {
   for (;;) {
     const started = performance.now();
-    const { more, wrote } = await batch();
+    const { more, wrote, idle } = await batch();
+    if (idle === true) return;
     const elapsed = performance.now() - started;
     times.batches += 1;
     times.ms.push(elapsed);
@@ -300,7 +302,7 @@ async function runPurge(store: Store, options: PurgeOptions, io: CliIo): Promise
       async () => {
         const removed = await store.purgeBodyKeysBatch(now, size);
         report.bodyKeysPurged += removed;
-        return { more: removed === size, wrote: removed > 0 };
+        return { more: removed === size, wrote: removed > 0, idle: removed === 0 && report.bodyKeysPurged === 0 };
       },
       progress.update,
     );

@@ -126,7 +126,8 @@ export function ingestHandler({ sources, store, maxBodyBytes, now = Date.now, on
         receivedAt: delivery.now,
         successStatus: source.successStatus,
         onConflict: source.options.onConflict,
-        bodyKeyExpiresAt: source.dedupeByBody ? delivery.now + source.retryHorizonHours * 3_600_000 : undefined,
+        // A send-test delivery takes no body key: a real delivery of its body is never its replay.
+        bodyKeyExpiresAt: source.dedupeByBody && test === undefined ? delivery.now + source.retryHorizonHours * 3_600_000 : undefined,
         origin: test === undefined ? undefined : 'test',
       });
       report({ outcome: result.outcome, status: result.status, eventId: result.eventId, deliveryId, eventType: identity.eventType });

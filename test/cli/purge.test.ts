@@ -87,6 +87,7 @@ describe('receiver purge', () => {
       conflictsPurged: 1,
       bodiesDropped: 0,
       ledgerPurged: 0,
+      bodyKeysPurged: 0,
       dryRun: false,
       purgedBefore: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
       bodiesDroppedBefore: null,

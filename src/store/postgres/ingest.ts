@@ -30,6 +30,11 @@ const keyOf = (source: string, deliveryId: string) => `${source}\u0000${delivery
  * duplicate or a conflict of a row that exists, committed, now. Those are answered from
  * that row in a second transaction, which also counts duplicates and records conflicts.
  *
+ * A batch with items that dedupe by body takes their body keys in the same statement as
+ * the rows (insertWithKeysSql), inside a transaction that deletes the rows whose key another
+ * event holds before COMMIT: those items are `replayed`, answered from the key's event in
+ * the second transaction.
+ *
  * Rows are inserted sorted by (source, delivery id), arrival order breaking ties: two
  * receivers inserting the same delivery ids at once wait on each other in the same order
  * and cannot deadlock, and within a batch the first arrival of a delivery id is stored.

@@ -39,14 +39,15 @@ const keyOf = (source: string, deliveryId: string) => `${source}\u0000${delivery
  * receivers inserting the same delivery ids at once wait on each other in the same order
  * and cannot deadlock, and within a batch the first arrival of a delivery id is stored.
  */
-export async function ingestBatch(conn: Conn, items: readonly NewEvent[]): Promise<IngestResult[]> {
+export async function ingestBatch(conn: Conn, items: readonly NewEvent[], again = false): Promise<IngestResult[]> {
   const rounds = bodyKeyRounds(items);
-  if (rounds.length === 1) return ingestRound(conn, items);
+  if (rounds.length === 1) return ingestRound(conn, items, again);
   const results: IngestResult[] = new Array(items.length);
   for (const round of rounds) {
     const answers = await ingestRound(
       conn,
       round.map((i) => items[i]!),
+      again,
     );
     round.forEach((i, k) => (results[i] = answers[k]!));
   }
@@ -73,7 +74,7 @@ function bodyKeyRounds(items: readonly NewEvent[]): number[][] {
   return rounds;
 }
 
-async function ingestRound(conn: Conn, items: readonly NewEvent[]): Promise<IngestResult[]> {
+async function ingestRound(conn: Conn, items: readonly NewEvent[], again: boolean): Promise<IngestResult[]> {
   const drawn = await conn.query<{ id: number }>('ingest', `SELECT nextval(pg_get_serial_sequence('events', 'id')) AS id FROM generate_series(1, $1)`, [
     items.length,
   ]);
@@ -112,7 +113,18 @@ async function ingestRound(conn: Conn, items: readonly NewEvent[]): Promise<Inge
     else if (replayed.has(id)) replays.push(i);
     else rest.push(i);
   });
-  if (rest.length > 0 || replays.length > 0) await answerExisting(conn, items, rest, replays, results);
+  const vanished = rest.length > 0 || replays.length > 0 ? await answerExisting(conn, items, rest, replays, results) : [];
+  if (vanished.length > 0) {
+    // Purged between the INSERT that skipped them and the read: inserted afresh, once (a
+    // delivery of a purged event is a new event); a second time is an error, not a loop.
+    if (again) throw new Error(`insert of ${items[vanished[0]!]!.source}/${items[vanished[0]!]!.deliveryId} was skipped as a conflict twice but no row exists`);
+    const fresh = await ingestBatch(
+      conn,
+      vanished.map((i) => items[i]!),
+      true,
+    );
+    vanished.forEach((i, k) => (results[i] = fresh[k]));
+  }
   return results as IngestResult[];
 }
 
@@ -121,8 +133,16 @@ async function ingestRound(conn: Conn, items: readonly NewEvent[]): Promise<Inge
  * id order, so concurrent batches counting duplicates of the same events take their row
  * locks in one order (no deadlock).
  */
-async function answerExisting(conn: Conn, items: readonly NewEvent[], rest: number[], replays: number[], results: (IngestResult | undefined)[]): Promise<void> {
+async function answerExisting(
+  conn: Conn,
+  items: readonly NewEvent[],
+  rest: number[],
+  replays: number[],
+  results: (IngestResult | undefined)[],
+): Promise<number[]> {
+  const vanished: number[] = [];
   await conn.transaction('ingest', async (client) => {
+    vanished.length = 0;
     if (replays.length > 0) {
       // The event holding each replay's body key, read after the write. A key purged with
       // its event meanwhile: the batch fails and each item is retried alone, afresh.
@@ -152,9 +172,11 @@ async function answerExisting(conn: Conn, items: readonly NewEvent[], rest: numb
     for (const i of rest) {
       const e = items[i]!;
       const row = existing.get(keyOf(e.source, e.deliveryId));
-      // ON CONFLICT skipped it, yet no row: purged in between. The batch fails and
-      // GroupCommit retries each item alone, where it is inserted afresh.
-      if (row === undefined) throw new Error(`insert of ${e.source}/${e.deliveryId} was skipped as a conflict but no row exists`);
+      // ON CONFLICT skipped it, yet no row: purged in between. Inserted afresh by the caller.
+      if (row === undefined) {
+        vanished.push(i);
+        continue;
+      }
       if (isSameEvent(row, e.bodySha256)) {
         duplicates.set(row.id, (duplicates.get(row.id) ?? 0) + 1);
         results[i] = { outcome: 'duplicate', eventId: row.id, status: row.response_status, body: row.response_body };
@@ -197,6 +219,7 @@ async function answerExisting(conn: Conn, items: readonly NewEvent[], rest: numb
       );
     }
   });
+  return vanished;
 }
 
 function compareItems(a: NewEvent, b: NewEvent): number {

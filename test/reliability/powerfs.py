@@ -12,7 +12,7 @@ When the file system is unmounted (the harness has SIGKILLed every process using
 "power cut"), it writes the durable state into --out as plain files and exits. With --tear
 the last write not synced yet lands in part: a random number of its first 512-byte sectors.
 
-Usage: powerfs.py --backing DIR --mount DIR --out DIR [--seed N] [--tear]
+Usage: powerfs.py --backing DIR --mount DIR --out DIR [--seed N] [--tear] [--clean]
 --backing holds the starting state (taken as durable); --out must not exist.
 """
 
@@ -106,7 +106,6 @@ class PowerFS(Operations):
             os.close(sfd)
         if self.last_write is not None and self.last_write[0] == fid:
             self.last_write = None
-        self.shm = set()
         self.stats['fsyncs'] += 1
 
     def _sync_dir(self, rel):
@@ -301,6 +300,8 @@ def main():
     p.add_argument('--out', required=True)
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--tear', action='store_true')
+    # An orderly shutdown (the system syncs on its way down): --out gets the live files.
+    p.add_argument('--clean', action='store_true')
     a = p.parse_args()
     # The live files: a copy of the starting state, thrown away at the end.
     live = a.out + '.live'
@@ -310,12 +311,17 @@ def main():
     fs = PowerFS(live, shadow)
     FUSE(fs, a.mount, raw_fi=True, foreground=True, nothreads=False, allow_other=True, use_ino=True, hard_remove=True,
          fsname='powerfs', attr_timeout=0, entry_timeout=0, negative_timeout=0)
-    torn = fs.materialize(a.out, random.Random(a.seed), a.tear)
+    live_files = sorted('%s:%d' % (n, os.path.getsize(os.path.join(live, n))) for n in os.listdir(live) if os.path.isfile(os.path.join(live, n)))
+    if a.clean:
+        shutil.copytree(live, a.out, symlinks=True)
+        torn = None
+    else:
+        torn = fs.materialize(a.out, random.Random(a.seed), a.tear)
     shutil.rmtree(live)
     shutil.rmtree(shadow)
     s = fs.stats
-    print('powerfs: writes %d, fsyncs %d, directory fsyncs %d, unsynced files %d, torn %s'
-          % (s['writes'], s['fsyncs'], s['dirsyncs'], len(fs.dirty), torn), flush=True)
+    print('powerfs: writes %d, fsyncs %d, directory fsyncs %d, unsynced files %d, torn %s, live %s'
+          % (s['writes'], s['fsyncs'], s['dirsyncs'], len(fs.dirty), torn, ' '.join(live_files)), flush=True)
 
 
 if __name__ == '__main__':

@@ -3,7 +3,7 @@ import { tempDir } from '../helpers.js';
 import { LONG, printReport, printSeedOnFailure, seeded, SIZES, TEST_TIMEOUT_MS } from './harness.js';
 import { powerCutLoop, powerCutUnavailable } from './power-cut.js';
 
-const CUTS = LONG ? 100 : Number(process.env.RECEIVER_POWER_CUTS ?? 4);
+const CUTS = LONG ? 100 : Number(process.env.RECEIVER_POWER_CUTS ?? 3);
 
 describe('reliability: power cuts (unsynced writes lost)', () => {
   const tmp = tempDir('receiver-power-');
@@ -22,7 +22,8 @@ describe('reliability: power cuts (unsynced writes lost)', () => {
       const report = await powerCutLoop({
         dir: tmp.dir,
         cuts: CUTS,
-        senders: 6,
+        senders: 4,
+        backlog: LONG ? 20 : 4,
         random: seeded(SIZES.seed),
         deadline: Date.now() + TEST_TIMEOUT_MS - 15_000,
         tear: true,

@@ -43,6 +43,8 @@ export interface PowerCutOptions {
   random: () => number;
   /** Every loop stops here; what is unfinished is reported as a violation. */
   deadline: number;
+  /** Business keys acknowledged but not yet through the http effect, at most (senders wait). */
+  backlog: number;
   /** Tear the last unsynced write at a sector boundary at some cuts. */
   tear: boolean;
 }
@@ -295,7 +297,7 @@ export async function powerCutLoop(o: PowerCutOptions): Promise<PowerCutReport> 
   const ackedKeys = new Set<string>();
   const sender = async () => {
     while (sending && Date.now() < o.deadline) {
-      if (!open || ackedKeys.size - app.seenKeys() > 30) {
+      if (!open || ackedKeys.size - app.seenKeys() > o.backlog) {
         await sleep(10);
         continue;
       }
@@ -331,11 +333,11 @@ export async function powerCutLoop(o: PowerCutOptions): Promise<PowerCutReport> 
         cmd = command(['replay', '-c', configFile, String(ids[Math.floor(o.random() * ids.length)])]);
         onOk = () => (report.commands.replay += 1);
       } else {
-        const file = join(mnt, `backup-${++backupSeq}.db`);
-        cmd = command(['backup', '-c', configFile, file]);
+        const name = `backup-${++backupSeq}.db`;
+        cmd = command(['backup', '-c', configFile, join(mnt, name)]);
         onOk = () => {
           report.commands.backup += 1;
-          backups.push({ file: `backup-${backupSeq}.db`, verified: false });
+          backups.push({ file: name, verified: false });
         };
       }
       running.add(cmd);
@@ -392,13 +394,14 @@ export async function powerCutLoop(o: PowerCutOptions): Promise<PowerCutReport> 
       } else {
         // The cut lands once this round has acknowledged a few deliveries (the first ones
         // land in a WAL serve may just have created, where a missing directory fsync shows).
-        const target = roundStart + 1 + Math.floor(o.random() * 8);
-        const until = Date.now() + 20_000;
-        while (tally.acked.size < target && Date.now() < until) await sleep(5);
+        const target = roundStart + 1 + Math.floor(o.random() * 4);
+        const ackBy = Math.min(o.deadline, Date.now() + 3000);
+        while (tally.acked.size < target && Date.now() < ackBy) await sleep(5);
         const atEffect = o.random() < 0.5;
         if (atEffect) {
           // Commands beside serve finish first (a backup that reported success is checked after the cut).
           ops = false;
+          const until = Date.now() + 15_000;
           while (running.size > 0 && Date.now() < until) await sleep(10);
           open = false;
           while (inFlight > 0 && Date.now() < o.deadline) await sleep(5);
@@ -416,6 +419,7 @@ export async function powerCutLoop(o: PowerCutOptions): Promise<PowerCutReport> 
         await Promise.all([...running].map((c) => c.done));
         await opsDone;
       }
+      writeFileSync(join(o.dir, `serve-${round}.log`), serve.logs.at(-1) ?? '');
       const cut = await fs.unmount();
       fs = undefined;
       if (!last) report.cuts += 1;

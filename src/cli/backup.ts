@@ -19,7 +19,6 @@ import { isPostgresUrl } from '../config/database.js';
 import { ReceiverError } from '../errors.js';
 import { redactUrl } from '../log.js';
 import { backupSqlite, type BackupResult } from '../store/sqlite/backup.js';
-import { syncDirectory } from '../store/sqlite/wal-sync.js';
 import { addCommonOptions, configFrom, positiveInt, type CommonOptions } from './common.js';
 import type { CliIo } from './io.js';
 
@@ -344,6 +343,15 @@ setInterval(draw, 500);
 `;
 
 /** The directory entry (the new name) is on disk too, not only the file's bytes. */
+function syncDirectory(dir: string): void {
+  const fd = openSync(dir, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 function removeQuietly(file: string): void {
   try {
     unlinkSync(file);

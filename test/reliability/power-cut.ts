@@ -147,7 +147,7 @@ class App {
 }
 
 /** A mounted powerfs: unmount() is the power cut and resolves to the surviving state's directory. */
-class PowerFs {
+export class PowerFs {
   #child: ChildProcess;
   #out: string;
   #log = '';
@@ -161,9 +161,13 @@ class PowerFs {
     clean: boolean,
   ) {
     this.#out = out;
-    this.#child = spawn(PYTHON, [POWERFS, '--backing', backing, '--mount', mount, '--out', out, '--seed', String(seed), ...(tear ? ['--tear'] : []), ...(clean ? ['--clean'] : [])], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    this.#child = spawn(
+      PYTHON,
+      [POWERFS, '--backing', backing, '--mount', mount, '--out', out, '--seed', String(seed), ...(tear ? ['--tear'] : []), ...(clean ? ['--clean'] : [])],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     this.#child.stdout!.on('data', (d: Buffer) => (this.#log += d.toString()));
     this.#child.stderr!.on('data', (d: Buffer) => (this.#log += d.toString()));
   }
@@ -222,7 +226,7 @@ function command(args: string[]): Command {
   const run = receiverCommand(args, { env: SECRET_ENV });
   const child = spawn(run.file, run.args, { cwd: run.cwd, env: run.env, stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
   const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }>((r) =>
     child.on('exit', (code, signal) => r({ code, signal, stderr })),
   );
@@ -244,7 +248,13 @@ export async function powerCutLoop(o: PowerCutOptions): Promise<PowerCutReport> 
     database: dbPath,
     sources: { shop: shopSource },
     routes: [
-      { name: 'fulfil', source: 'shop', events: ['order.*'], key: '{body.order}', effect: { exec: ['/bin/sh', '-c', EXEC, 'effect', execFile], timeoutSeconds: 5 } },
+      {
+        name: 'fulfil',
+        source: 'shop',
+        events: ['order.*'],
+        key: '{body.order}',
+        effect: { exec: ['/bin/sh', '-c', EXEC, 'effect', execFile], timeoutSeconds: 5 },
+      },
       { name: 'notify', source: 'shop', events: ['order.*'], key: '{body.order}', effect: { http: { url: app.url }, timeoutSeconds: 5 } },
       { name: 'record', source: 'shop', events: ['order.*'], key: '{body.order}', effect: { module: './record.mjs', timeoutSeconds: 5 } },
     ],
@@ -282,7 +292,11 @@ export async function powerCutLoop(o: PowerCutOptions): Promise<PowerCutReport> 
   const nextDelivery = () => {
     if (bodies.length > 0 && o.random() < 0.1) return bodies[Math.floor(o.random() * bodies.length)]!;
     const i = bodies.length;
-    const b = { deliveryId: `d${i}`, order: `o${Math.floor(i / 2)}`, body: JSON.stringify({ id: `d${i}`, type: 'order.paid', order: `o${Math.floor(i / 2)}`, n: i }) };
+    const b = {
+      deliveryId: `d${i}`,
+      order: `o${Math.floor(i / 2)}`,
+      body: JSON.stringify({ id: `d${i}`, type: 'order.paid', order: `o${Math.floor(i / 2)}`, n: i }),
+    };
     bodies.push(b);
     return b;
   };
@@ -353,7 +367,7 @@ export async function powerCutLoop(o: PowerCutOptions): Promise<PowerCutReport> 
       });
     }
   };
-  const args = (cmd: Command) => (cmd.child.spawnargs.slice(cmd.child.spawnargs.findIndex((a) => a.endsWith('receiver.js')) + 1));
+  const args = (cmd: Command) => cmd.child.spawnargs.slice(cmd.child.spawnargs.findIndex((a) => a.endsWith('receiver.js')) + 1);
 
   const interrupted = new Set<string>();
   let fs: PowerFs | undefined;
@@ -372,7 +386,7 @@ export async function powerCutLoop(o: PowerCutOptions): Promise<PowerCutReport> 
         report.restartsAfterOtherCommand += 1;
         trace(`round ${round}: purge before restart done`);
       }
-      const roundStart = tally.acked.size;
+      const keysAtStart = app.seenKeys();
       const s = await serve.start();
       trace(`round ${round}: serve pid ${s.child.pid}`);
       open = true;
@@ -394,7 +408,11 @@ export async function powerCutLoop(o: PowerCutOptions): Promise<PowerCutReport> 
       } else {
         // The cut lands once this round has acknowledged a few deliveries (the first ones
         // land in a WAL serve may just have created, where a missing directory fsync shows).
-        const target = roundStart + 1 + Math.floor(o.random() * 4);
+        // Each round lets the drain finish one more business key first (or run dry): a cut
+        // that always lands before an effect's result would repeat that effect forever.
+        const progressBy = Math.min(o.deadline, Date.now() + 20_000);
+        while (app.seenKeys() <= keysAtStart && app.seenKeys() < ackedKeys.size && Date.now() < progressBy) await sleep(10);
+        const target = tally.acked.size + 1 + Math.floor(o.random() * 4);
         const ackBy = Math.min(o.deadline, Date.now() + 3000);
         while (tally.acked.size < target && Date.now() < ackBy) await sleep(5);
         const atEffect = o.random() < 0.5;
@@ -544,7 +562,12 @@ function finalChecks(
 ): void {
   const { db, copy } = openCopy(state, dir, -1);
   try {
-    const stored = new Map((db.prepare(`SELECT delivery_id AS d, id, status FROM events WHERE source = 'shop'`).all() as { d: string; id: number; status: string }[]).map((r) => [r.d, r]));
+    const stored = new Map(
+      (db.prepare(`SELECT delivery_id AS d, id, status FROM events WHERE source = 'shop'`).all() as { d: string; id: number; status: string }[]).map((r) => [
+        r.d,
+        r,
+      ]),
+    );
     for (const [d, id] of tally.acked) {
       const row = stored.get(d);
       if (row === undefined) {
@@ -560,7 +583,9 @@ function finalChecks(
         `SELECT f.route, f.business_key AS key, a.event_id AS eventId, a.attempt, a.outcome FROM attempts a JOIN effects f ON f.effect_key = a.effect_key WHERE f.route IN ('fulfil', 'notify') AND a.outcome IN ('ok', 'failed', 'running')`,
       )
       .all() as { route: string; key: string; eventId: number; attempt: number; outcome: string }[];
-    const ledger = db.prepare(`SELECT route, effect_key AS effectKey, business_key AS key, status, runs FROM effects WHERE route IN ('fulfil', 'notify')`).all() as {
+    const ledger = db
+      .prepare(`SELECT route, effect_key AS effectKey, business_key AS key, status, runs FROM effects WHERE route IN ('fulfil', 'notify')`)
+      .all() as {
       route: string;
       effectKey: string;
       key: string;
@@ -568,7 +593,9 @@ function finalChecks(
       runs: number;
     }[];
     const records: Record<string, string[]> = {
-      fulfil: readFileSync(execFile, 'utf8').split('\n').filter((l) => l !== ''),
+      fulfil: readFileSync(execFile, 'utf8')
+        .split('\n')
+        .filter((l) => l !== ''),
       notify: app.lines,
     };
     for (const route of ['fulfil', 'notify'] as const) {
@@ -607,7 +634,9 @@ function finalChecks(
       violations.push(`the ledger shows ${report.repeats} repeats; cuts fell mid-effect ${interrupted.size} times and ${report.failedRuns} runs failed`);
     }
     const modules = db
-      .prepare(`SELECT f.business_key AS key, f.status, f.runs, a.n FROM effects f LEFT JOIN applied a ON a.business_key = f.business_key WHERE f.route = 'record'`)
+      .prepare(
+        `SELECT f.business_key AS key, f.status, f.runs, a.n FROM effects f LEFT JOIN applied a ON a.business_key = f.business_key WHERE f.route = 'record'`,
+      )
       .all() as { key: string; status: string; runs: number; n: number | null }[];
     for (const m of modules) {
       if (m.status === 'done' && m.runs === 1 && m.n === 1) report.moduleAppliedOnce += 1;

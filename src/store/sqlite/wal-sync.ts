@@ -1,6 +1,5 @@
-import { closeSync, fdatasyncSync, fstatSync, fsyncSync, openSync } from 'node:fs';
+import { closeSync, fdatasyncSync, openSync } from 'node:fs';
 import { open, stat, type FileHandle } from 'node:fs/promises';
-import { dirname } from 'node:path';
 
 /**
  * Durability for `serve`, with no fsync under the write lock and none on the event loop.
@@ -16,20 +15,12 @@ import { dirname } from 'node:path';
  * over them loses nothing. The WAL file is replaced only when the last connection closes
  * (never while `serve` holds its own), and is reopened if its inode changes.
  *
- * A WAL file's name is durable only once its directory is fsynced: SQLite creates the file
- * (when the first connection opens the database, or after another process, the last to
- * close, removed it) and syncs the directory only at its first checkpoint. Until then a
- * power cut may drop the name, and every commit in the file with it. So the first sync of
- * each WAL file (each inode) also fsyncs the directory, which holds the database's name too.
- *
  * One fdatasync covers every commit made before it started: callers who arrive while one
  * is running share the next one (group sync).
  */
 export class WalSync {
   readonly #path: string;
-  #file: { handle: FileHandle; ino: number; named: boolean } | undefined;
-  /** The WAL inode whose name syncBlocking last made durable. */
-  #namedIno: number | undefined;
+  #file: { handle: FileHandle; ino: number } | undefined;
   #running: Promise<void> | undefined;
   #next: Promise<void> | undefined;
   #soon: NodeJS.Timeout | undefined;
@@ -93,11 +84,6 @@ export class WalSync {
     }
     try {
       fdatasyncSync(fd);
-      const ino = fstatSync(fd).ino;
-      if (ino !== this.#namedIno) {
-        syncDirectory(dirname(this.#path));
-        this.#namedIno = ino;
-      }
       this.#syncs++;
     } finally {
       closeSync(fd);
@@ -108,19 +94,10 @@ export class WalSync {
     const file = await this.#open();
     if (file === undefined) return;
     await file.handle.datasync();
-    if (!file.named) {
-      const dir = await open(dirname(this.#path), 'r');
-      try {
-        await dir.sync();
-      } finally {
-        await dir.close();
-      }
-      file.named = true;
-    }
     this.#syncs++;
   }
 
-  async #open(): Promise<{ handle: FileHandle; ino: number; named: boolean } | undefined> {
+  async #open(): Promise<{ handle: FileHandle; ino: number } | undefined> {
     let ino: number;
     try {
       ino = (await stat(this.#path)).ino;
@@ -132,7 +109,7 @@ export class WalSync {
     await this.#file?.handle.close();
     this.#file = undefined;
     const handle = await open(this.#path, 'r');
-    this.#file = { handle, ino: (await handle.stat()).ino, named: false };
+    this.#file = { handle, ino: (await handle.stat()).ino };
     return this.#file;
   }
 
@@ -143,15 +120,5 @@ export class WalSync {
     await this.#next?.catch(() => {});
     await this.#file?.handle.close();
     this.#file = undefined;
-  }
-}
-
-/** fsync of a directory: the names created, renamed or removed in it are on disk. */
-export function syncDirectory(dir: string): void {
-  const fd = openSync(dir, 'r');
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
   }
 }

@@ -633,6 +633,8 @@ function finalChecks(
     if (report.repeats !== interrupted.size + report.failedRuns) {
       violations.push(`the ledger shows ${report.repeats} repeats; cuts fell mid-effect ${interrupted.size} times and ${report.failedRuns} runs failed`);
     }
+    const hasApplied = db.prepare(`SELECT 1 FROM sqlite_master WHERE name = 'applied'`).get() !== undefined;
+    if (!hasApplied) db.exec('CREATE TABLE applied (business_key TEXT PRIMARY KEY, n INTEGER NOT NULL)');
     const modules = db
       .prepare(
         `SELECT f.business_key AS key, f.status, f.runs, a.n FROM effects f LEFT JOIN applied a ON a.business_key = f.business_key WHERE f.route = 'record'`,

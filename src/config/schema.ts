@@ -69,6 +69,8 @@ const effectSchema = z
         headers: z.record(z.string(), z.string()).optional(),
         /** Sign each forward (Standard Webhooks) with this `whsec_<base64>` secret: a literal, env:NAME or file:PATH. */
         sign: secretRef.optional(),
+        /** The app's answer is read up to this many bytes (only its tail is kept), then left. */
+        maxResponseBytes: z.number().int().positive().default(1_048_576),
       })
       .optional(),
     module: z.string().min(1).optional(),

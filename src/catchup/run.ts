@@ -174,7 +174,7 @@ async function runLocked(
   try {
     for (;;) {
       progress('listing');
-      const page = await sender.page(ctx, at === undefined ? undefined : api.sameOrigin(at));
+      const page = await sender.page(ctx, at === undefined ? undefined : new URL(at));
       counts.skipped += page.skipped;
       // Strictly from the starting point: Stripe's `created` is in whole seconds, so an event
       // of the very second catch-up was configured counts as from before it (never applied).
@@ -227,7 +227,8 @@ async function runLocked(
       pagesDone += 1;
       // Newest first: once a page reaches before the starting point, later pages are older still.
       if (page.next === undefined || page.reachedFrom === true || page.items.length + page.skipped === 0) break;
-      at = page.next;
+      // Checked before it is kept: a cursor is always on the API's own origin.
+      at = api.sameOrigin(page.next).href;
     }
   } catch (e) {
     if (o.signal?.aborted === true && !(e instanceof ReceiverError))

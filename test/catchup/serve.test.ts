@@ -149,7 +149,7 @@ describe('catch-up: serve after downtime, and receiver catch-up', () => {
         configured: true,
         everyMinutes: 60,
         lastError: null,
-        lastCounts: { listed: 3, alreadyStored: 3, storedNow: 0, redeliveryAsked: 0, failed: 0 },
+        lastCounts: { listed: 3, alreadyStored: 3, storedNow: 0, redeliveryAsked: 0, failed: 0, skipped: 0 },
       }),
       expect.objectContaining({ source: 'shop', configured: true, everyMinutes: 60, lastError: null }),
     ]);

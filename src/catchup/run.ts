@@ -155,7 +155,7 @@ async function runLocked(
     timeoutMs: settings.timeoutMs,
     maxResponseBytes: settings.maxResponseBytes,
     deadline: started + settings.maxRunMs,
-    deadlineField: `${settings.maxRunMs / 1000} s (catchUp.maxRunSeconds)`,
+    deadlineField: `${settings.maxRunMs / 1000}s (catchUp.maxRunSeconds)`,
     sleep: o.sleep,
     signal: o.signal,
   });

@@ -120,7 +120,9 @@ function describe(results: CatchUpResult[], dryRun: boolean): string {
       r.mode === 'store'
         ? `${dryRun ? 'would store' : 'stored now'} ${r.storedNow}`
         : `${dryRun ? 'would ask redelivery of' : 'redelivery asked'} ${r.redeliveryAsked}`;
-    out.push(`${r.source} (${r.provider}, from ${iso(r.from)}): listed ${r.listed}, already stored ${r.alreadyStored}, ${recovered}, failed ${r.failed}${r.skipped > 0 ? `, skipped ${r.skipped} (null or malformed)` : ''}`);
+    out.push(
+      `${r.source} (${r.provider}, from ${iso(r.from)}): listed ${r.listed}, already stored ${r.alreadyStored}, ${recovered}, failed ${r.failed}${r.skipped > 0 ? `, skipped ${r.skipped} (null or malformed)` : ''}`,
+    );
     if (r.error !== null) {
       out.push(`  error: ${printable(r.error)}`);
       if (r.hint !== null) out.push(`  try: ${r.hint}`);

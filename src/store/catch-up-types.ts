@@ -142,6 +142,6 @@ export function toCatchUpState(r: CatchUpStateRow): CatchUpState {
     lastRunAt: num(r.last_run_at),
     lastOkAt: num(r.last_ok_at),
     lastError: r.last_error,
-    lastCounts: r.last_counts === null ? null : { skipped: 0, ...(JSON.parse(r.last_counts) as Partial<CatchUpCounts>) } as CatchUpCounts,
+    lastCounts: r.last_counts === null ? null : ({ skipped: 0, ...(JSON.parse(r.last_counts) as Partial<CatchUpCounts>) } as CatchUpCounts),
   };
 }

@@ -151,7 +151,12 @@ describe('catch-up: stripe (events stored from the API)', () => {
     // The third page: after the oldest event the second listed.
     const third = new URL(state!.partial!.cursor!);
     expect(third.searchParams.get('starting_after')).toBe(stripe.events[50]!.id);
-    expect(state?.partial).toEqual({ cursor: third.href, from: Math.max(before!.resumeAt ?? 0, before!.configuredAt), until: firstNow, end: expect.any(Number) });
+    expect(state?.partial).toEqual({
+      cursor: third.href,
+      from: Math.max(before!.resumeAt ?? 0, before!.configuredAt),
+      until: firstNow,
+      end: expect.any(Number),
+    });
 
     const rest = await run();
     expect(rest).toMatchObject({ error: null, listed: 50, alreadyStored: 0, storedNow: 50, requests: 1 });

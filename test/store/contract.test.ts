@@ -1419,13 +1419,23 @@ describe.each(backends)('$name store contract', (backend) => {
     it("a listing left unfinished keeps its cursor (the page's URL) and its span; an old row without one still reads", async () => {
       await store.beginCatchUp('paged', T0);
       const partial = { cursor: 'https://api.example/v1/events?limit=100&starting_after=evt_9', from: T0 - DAY, until: T0, end: T0 - 300 };
-      await store.recordCatchUp('paged', { at: T0, error: 'stopped', counts: { listed: 100, alreadyStored: 0, storedNow: 99, redeliveryAsked: 0, failed: 0, skipped: 1 }, partial });
+      await store.recordCatchUp('paged', {
+        at: T0,
+        error: 'stopped',
+        counts: { listed: 100, alreadyStored: 0, storedNow: 99, redeliveryAsked: 0, failed: 0, skipped: 1 },
+        partial,
+      });
       expect(await store.catchUpState('paged')).toMatchObject({ partial, lastCounts: { skipped: 1 } });
-      await store.recordCatchUp('paged', { at: T0, error: 'stopped', counts: { listed: 0, alreadyStored: 0, storedNow: 0, redeliveryAsked: 0, failed: 0, skipped: 0 }, partial: { ...partial, cursor: null } });
+      await store.recordCatchUp('paged', {
+        at: T0,
+        error: 'stopped',
+        counts: { listed: 0, alreadyStored: 0, storedNow: 0, redeliveryAsked: 0, failed: 0, skipped: 0 },
+        partial: { ...partial, cursor: null },
+      });
       expect((await store.catchUpState('paged'))?.partial?.cursor).toBeNull();
     });
 
-    it('one receiver holds a source\'s catch-up at a time where receivers share the database; released, another takes it', async () => {
+    it("one receiver holds a source's catch-up at a time where receivers share the database; released, another takes it", async () => {
       const other = await o.another();
       const lock = await store.lockCatchUp('shop');
       expect(lock).toBeDefined();

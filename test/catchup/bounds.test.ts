@@ -227,7 +227,7 @@ describe('catch-up in serve and the CLI: hangs end, shutdown finishes, the key s
     expect(serve.output().stderr).toContain('stopped (shutting down)');
   });
 
-  it('a key the API quotes back in a 500 is in neither the log, catch_up.last_error nor receiver stats', async () => {
+  it('a key the API quotes back in a 500 is in neither the log, catch_up.last_error nor receiver stats', { timeout: 60_000 }, async () => {
     api.json(500, { error: { message: ECHO } });
     const file = config({});
     serve = await startServe(file, { env });

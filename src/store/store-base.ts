@@ -28,6 +28,10 @@ export abstract class StoreBase implements Omit<DrainStore, 'claimsAreLocal'>, S
   inGroup<T>(fn: () => Promise<T>): Promise<T> {
     return this.drainBackend().inGroup(fn);
   }
+  commitGroup() {
+    // No statement of its own: only the group's commit.
+    return this.drainBackend().write('commit group', function* () {}, { commitNow: true });
+  }
   renewLeases(leases: readonly Lease[], now: number, leaseMs: number) {
     return renewLeases(this.drainBackend(), leases, now, leaseMs);
   }

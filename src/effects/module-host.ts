@@ -12,6 +12,9 @@ import { Worker } from 'node:worker_threads';
 import type { EffectDb } from '../store/drain-types.js';
 import { loadHandler, type ModuleContext, type ModuleEvent } from './module.js';
 
+/** The single executable's hidden mode: started with this argument (and an IPC channel), it is a module host. */
+export const MODULE_HOST_ARG = 'receiver-module-host';
+
 /** The event as it crosses to the host: the body as bytes (advanced serialization gives a Uint8Array). */
 export type HostEvent = Omit<ModuleEvent, 'body'> & { body: Uint8Array };
 

@@ -158,7 +158,7 @@ export interface DrainStore {
   /**
    * Commits what the current group holds so far (its claims; see inGroup), before the
    * drain waits outside the database for a while (a module host starting): no write lock
-   * is held meanwhile. Elsewhere, an empty transaction.
+   * is held meanwhile. Elsewhere, nothing.
    */
   commitGroup(): Promise<void>;
 

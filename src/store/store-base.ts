@@ -29,8 +29,7 @@ export abstract class StoreBase implements Omit<DrainStore, 'claimsAreLocal'>, S
     return this.drainBackend().inGroup(fn);
   }
   commitGroup() {
-    // No statement of its own: only the group's commit.
-    return this.drainBackend().write('commit group', function* () {}, { commitNow: true });
+    return this.drainBackend().commitGroup();
   }
   renewLeases(leases: readonly Lease[], now: number, leaseMs: number) {
     return renewLeases(this.drainBackend(), leases, now, leaseMs);

@@ -338,7 +338,11 @@ describe('receiver serve: a module effect that leaves a promise rejection unhand
     const serve = await startServe(file);
     try {
       for (const id of ['m1', 'm2']) expect((await post(`${serve.url}/webhooks/t`, JSON.stringify({ id, secret: MARKER }))).status).toBe(202);
-      const dead = () => serve.output().stderr.split('\n').filter((l) => l.includes('"msg":"event dead"'));
+      const dead = () =>
+        serve
+          .output()
+          .stderr.split('\n')
+          .filter((l) => l.includes('"msg":"event dead"'));
       await waitFor(() => (dead().length === 2 ? true : undefined), 'both events dead', 60_000);
       expect(serve.child.exitCode).toBeNull();
       expect((await fetch(`${serve.url}/healthz`)).status).toBe(200);

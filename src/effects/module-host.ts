@@ -26,6 +26,8 @@ export type ToModuleHost =
   | { type: 'db-result'; call: number; rows?: unknown[]; changes?: number; error?: { message: string; code?: string | undefined } };
 
 export type FromModuleHost =
+  /** Started and listening: the drain's timers for a module start from here. */
+  | { type: 'ready' }
   | { type: 'db'; call: number; sql: string; params: unknown[]; want: 'rows' | 'changes' }
   | { type: 'done' }
   | { type: 'failed'; error: string }
@@ -141,4 +143,5 @@ export function runModuleHost(): void {
       else p.reject(Object.assign(new Error(m.error.message), m.error.code === undefined ? {} : { code: m.error.code }));
     } else if (m.type === 'load' || m.type === 'run') void run(m);
   });
+  send({ type: 'ready' });
 }

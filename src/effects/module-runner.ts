@@ -30,6 +30,15 @@ export function hostRestartDelayMs(n: number): number {
 
 const SHUTDOWN = 'module aborted: the receiver is shutting down; its writes were rolled back';
 
+/**
+ * How long a new host may take to start (a process start; seconds on a busy machine). Not
+ * part of a module's timeoutSeconds, which starts once the host is ready.
+ */
+const HOST_START_MS = 30_000;
+
+/** The least time a module's import is given, whatever its timeoutSeconds (the bound check-config uses too). */
+const IMPORT_MIN_MS = 10_000;
+
 /** How long after the host's exit its last messages (why it crashed) are waited for. */
 const LAST_WORDS_MS = 500;
 
@@ -78,10 +87,10 @@ export class ModuleRunner {
     return this.#host !== undefined && !this.#host.gone && this.#host.loaded.has(path);
   }
 
-  /** Imports the module in the host (its top level runs there), bounded by `timeoutMs`. */
+  /** Imports the module in the host (its top level runs there), bounded by `timeoutMs` or 10 s, whichever is longer. */
   async load(path: string, timeoutMs: number, signal?: AbortSignal): Promise<void> {
     if (this.ready(path)) return;
-    await this.#job({ type: 'load', path }, timeoutMs, signal, undefined);
+    await this.#job({ type: 'load', path }, Math.max(timeoutMs, IMPORT_MIN_MS), signal, undefined);
     if (this.#host !== undefined) this.#host.loaded.add(path);
   }
 
@@ -180,8 +189,12 @@ export class ModuleRunner {
     this.#host = host;
     child.stdout?.on('data', (d: Buffer) => host.output.push(d));
     child.stderr?.on('data', (d: Buffer) => host.output.push(d));
+    let started: { resolve(): void; reject(e: Error): void } | undefined;
+    const ready = new Promise<void>((resolve, reject) => (started = { resolve, reject }));
+    ready.catch(() => {});
     child.on('message', (m: FromModuleHost) => {
       if (typeof m !== 'object' || m === null) return;
+      if (m.type === 'ready') started?.resolve();
       if (m.type === 'crashed') {
         host.crash = typeof m.error === 'string' ? m.error : 'the module crashed';
         this.#kill(host, false);
@@ -196,6 +209,9 @@ export class ModuleRunner {
       if (this.#host === host) this.#host = undefined;
       if (!host.killed) this.#ended += 1;
       const output = host.output.toString()?.trim();
+      started?.reject(
+        new Error(`the module host did not start: ${why}${output === undefined || output === '' ? '' : `; its last output: ${output.replace(/\s+/g, ' ')}`}`),
+      );
       if (host.crash !== undefined) host.job?.died(host.crash);
       else host.job?.died(output === undefined || output === '' ? why : `${why}; its last output: ${output.replace(/\s+/g, ' ')}`);
     };
@@ -212,6 +228,21 @@ export class ModuleRunner {
     // The host never keeps the drain's process alive by itself.
     child.unref();
     (child as { channel?: { unref?(): void } }).channel?.unref?.();
+    const slow = setTimeout(() => {
+      this.#kill(host);
+      started?.reject(new Error(`the module host did not start within ${HOST_START_MS / 1000} s`));
+    }, HOST_START_MS);
+    const onAbort = () => {
+      this.#kill(host);
+      started?.reject(new Error(SHUTDOWN));
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      await ready;
+    } finally {
+      clearTimeout(slow);
+      signal?.removeEventListener('abort', onAbort);
+    }
     return host;
   }
 

@@ -318,9 +318,19 @@ describe.runIf(AS_ROOT)("an effect cannot read serve's secrets through /proc", (
         shop: { provider: 'hmac-sha256', header: 'X-Signature', secret: `file:${dir}/file.secret`, deliveryId: '{body.id}' },
       },
       routes: [
-        { name: 'probe', source: 'gh', key: '{id}', effect: { exec: [process.execPath, `${dir}/probe.mjs`, `${dir}/state/probe.json`, `${dir}/needles.json`], timeoutSeconds: 120 } },
+        {
+          name: 'probe',
+          source: 'gh',
+          key: '{id}',
+          effect: { exec: [process.execPath, `${dir}/probe.mjs`, `${dir}/state/probe.json`, `${dir}/needles.json`], timeoutSeconds: 120 },
+        },
         { name: 'cat', source: 'gh', key: '{id}', effect: { exec: ['/bin/sh', '-c', 'cat /proc/$PPID/environ; echo; env; exit 3'] } },
-        { name: 'app', source: 'gh', key: '{id}', effect: { http: { url: 'http://127.0.0.1:9/', headers: { Authorization: 'env:PROC_APP_TOKEN' }, sign: 'env:PROC_FORWARD_SECRET' } } },
+        {
+          name: 'app',
+          source: 'gh',
+          key: '{id}',
+          effect: { http: { url: 'http://127.0.0.1:9/', headers: { Authorization: 'env:PROC_APP_TOKEN' }, sign: 'env:PROC_FORWARD_SECRET' } },
+        },
       ],
       retry: { maxAttempts: 1, baseSeconds: 0.01, maxSeconds: 0.01 },
       metrics: { token: 'env:PROC_METRICS_TOKEN' },
@@ -338,7 +348,11 @@ describe.runIf(AS_ROOT)("an effect cannot read serve's secrets through /proc", (
         body,
       });
       expect(res.status).toBe(202);
-      const report = await waitFor(() => (existsSync(`${dir}/state/probe.json`) ? (JSON.parse(readFileSync(`${dir}/state/probe.json`, 'utf8')) as ProbeReport) : undefined), 'the probe', 30_000);
+      const report = await waitFor(
+        () => (existsSync(`${dir}/state/probe.json`) ? (JSON.parse(readFileSync(`${dir}/state/probe.json`, 'utf8')) as ProbeReport) : undefined),
+        'the probe',
+        30_000,
+      );
       // Every effect ran (the cat route fails on purpose: its output is kept).
       const db = new Database(`${dir}/state/receiver.db`, { readonly: true });
       await waitFor(() => ((db.prepare(`SELECT count(*) FROM attempts`).pluck().get() as number) >= 3 ? true : undefined), 'three attempts', 30_000);
@@ -360,20 +374,43 @@ describe.runIf(AS_ROOT)("an effect cannot read serve's secrets through /proc", (
     }
   }
 
-  const found = (text: string, secrets: Record<string, string>) => Object.entries(secrets).filter(([, v]) => text.includes(v)).map(([k]) => k);
+  const found = (text: string, secrets: Record<string, string>) =>
+    Object.entries(secrets)
+      .filter(([, v]) => text.includes(v))
+      .map(([k]) => k);
 
-  it('serve --user: started as root, it runs as that user; its effects find no secret in their environment, its environ or its memory', { timeout: 90_000 }, async () => {
-    const { report, catOutput, secrets, uid, owners, serve } = await session('dropped', { args: ['--user', 'nobody'] });
-    expect(uid).toBe(NOBODY);
-    expect(report.pid).toBe(serve.child.pid);
-    expect(report.ownEnv).toEqual([]);
-    expect(report.environ).toBe('EACCES');
-    expect(report.mem).toBe('EACCES');
-    expect(found(catOutput, secrets)).toEqual([]);
-    expect(catOutput).toMatch(/Permission denied/);
-    // Nothing to warn about; the database's files belong to the service's user.
-    expect(serve.output().stderr).not.toMatch(/"level":"warn"[^\n]*\/proc/);
-    expect(owners).toEqual([NOBODY, NOBODY, NOBODY]);
+  it(
+    'serve --user: started as root, it runs as that user; its effects find no secret in their environment, its environ or its memory',
+    { timeout: 90_000 },
+    async () => {
+      const { report, catOutput, secrets, uid, owners, serve } = await session('dropped', { args: ['--user', 'nobody'] });
+      expect(uid).toBe(NOBODY);
+      expect(report.pid).toBe(serve.child.pid);
+      expect(report.ownEnv).toEqual([]);
+      expect(report.environ).toBe('EACCES');
+      expect(report.mem).toBe('EACCES');
+      expect(found(catOutput, secrets)).toEqual([]);
+      expect(catOutput).toMatch(/Permission denied/);
+      // Nothing to warn about; the database's files belong to the service's user.
+      expect(serve.output().stderr).not.toMatch(/"level":"warn"[^\n]*\/proc/);
+      expect(owners).toEqual([NOBODY, NOBODY, NOBODY]);
+    },
+  );
+
+  it('serve started as root without a user says its effects run as root and can read every secret', async () => {
+    const dir = `${tmp.dir}/root`;
+    mkdirSync(dir);
+    const serve = await startServe(
+      writeConfig(dir, {
+        routes: [{ name: 'r', source: 'gh', key: '{id}', effect: { exec: ['/bin/true'] } }],
+        sources: { gh: { provider: 'github', secret: 'x-secret' } },
+      }),
+    );
+    expect(await serve.stop()).toBe(0);
+    const pid = serve.child.pid!;
+    expect(serve.output().stderr).toContain(
+      `"fix":"set \\"user\\" (or serve --user) to the service's user: serve reads its secrets as root, then becomes that user","msg":"serve runs as root: its exec and module effects run as root and can read every secret (/proc/${pid}/environ, /proc/${pid}/mem, the secret files)"`,
+    );
   });
 
   it('"user" in the configuration does the same', { timeout: 90_000 }, async () => {

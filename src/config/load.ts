@@ -230,7 +230,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
   const database = overrides.db ?? env.RECEIVER_DB ?? raw.database;
   const host = overrides.host ?? env.RECEIVER_HOST ?? raw.host;
   const user = overrides.user ?? (env.RECEIVER_USER === '' ? undefined : env.RECEIVER_USER) ?? raw.user;
-  if (user !== undefined && !USER_NAME.test(user)) throw configError(`user: "${user}" is not a user name`, 'name the service\'s user, e.g. receiver');
+  if (user !== undefined && !USER_NAME.test(user)) throw configError(`user: "${user}" is not a user name`, "name the service's user, e.g. receiver");
   const portText = overrides.port ?? env.RECEIVER_PORT;
   const port = portText === undefined ? raw.port : Number(portText);
   if (!Number.isInteger(port) || port < 0 || port > 65535)

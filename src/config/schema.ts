@@ -102,10 +102,7 @@ export const configSchema = z.strictObject({
    * The service's user: a receiver process started as root reads its configuration and
    * secrets, then becomes this user (src/config/service-user.ts).
    */
-  user: z
-    .string()
-    .regex(USER_NAME, 'a user name: letters, digits, "_", "-" and "."')
-    .optional(),
+  user: z.string().regex(USER_NAME, 'a user name: letters, digits, "_", "-" and "."').optional(),
   host: z.string().min(1).default('127.0.0.1'),
   port: z.number().int().min(0).max(65535).default(8080),
   maxBodyBytes: z.number().int().positive().default(1_048_576),

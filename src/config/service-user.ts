@@ -45,7 +45,10 @@ export function becomeServiceUser(name: string | undefined): void {
   if (name === undefined || process.geteuid?.() !== 0) return;
   const to = account(name);
   if (to === undefined) {
-    throw configError(`user: there is no user "${name}" on this machine (/etc/passwd)`, `create it (useradd --system ${name}), or set "user" to the service's user`);
+    throw configError(
+      `user: there is no user "${name}" on this machine (/etc/passwd)`,
+      `create it (useradd --system ${name}), or set "user" to the service's user`,
+    );
   }
   if (to.uid === 0) return;
   // POSIX-only calls, present wherever geteuid is (Node's types leave initgroups out).
@@ -92,11 +95,14 @@ export interface Exposure {
  * For serve, after becomeServiceUser: whether its exec and module effects could read its
  * secrets (its environment and memory through /proc, or everything, as root).
  */
-export function exposureWarning(config: { user?: string | undefined; routes: readonly { effect: { exec?: unknown; module?: unknown } }[] }): Exposure | undefined {
+export function exposureWarning(config: {
+  user?: string | undefined;
+  routes: readonly { effect: { exec?: unknown; module?: unknown } }[];
+}): Exposure | undefined {
   if (!startsEffects(config)) return undefined;
   if (process.geteuid?.() === 0) {
     return {
-      message: 'serve runs as root: its exec and module effects run as root and can read every secret (its environment and memory, the secret files)',
+      message: `serve runs as root: its exec and module effects run as root and can read every secret (/proc/${process.pid}/environ, /proc/${process.pid}/mem, the secret files)`,
       fix: 'set "user" (or serve --user) to the service\'s user: serve reads its secrets as root, then becomes that user',
     };
   }
@@ -115,7 +121,10 @@ export function exposureWarning(config: { user?: string | undefined; routes: rea
 }
 
 /** For check-config, from the configuration alone: how serve will be started is not known here. */
-export function configuredExposure(config: { user?: string | undefined; routes: readonly { effect: { exec?: unknown; module?: unknown } }[] }): Exposure | undefined {
+export function configuredExposure(config: {
+  user?: string | undefined;
+  routes: readonly { effect: { exec?: unknown; module?: unknown } }[];
+}): Exposure | undefined {
   if (!startsEffects(config)) return undefined;
   if (config.user === undefined) {
     return {

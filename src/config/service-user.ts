@@ -59,6 +59,11 @@ export function becomeServiceUser(name: string | undefined): void {
   became = to.name;
 }
 
+/** Whether this process was started as root and became the service's user. */
+export function becameServiceUser(): boolean {
+  return became !== undefined;
+}
+
 /** The user this process runs as. */
 function currentUser(): string {
   try {

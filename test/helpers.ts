@@ -1,9 +1,9 @@
 import { serve, type ServerType } from '@hono/node-server';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { dirname, join, relative, resolve } from 'node:path';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { resolveConfig, type Config } from '../src/config/load.js';
 import { run } from '../src/cli/main.js';
 import { createApp, type AppOptions } from '../src/http/app.js';
@@ -57,6 +57,93 @@ export function receiverCommand(
   if (BINARY === undefined) return { file: process.execPath, args: [BIN, ...args], cwd: options.cwd ?? REPO, env: { ...process.env, ...options.env } };
   const box = binarySandbox();
   return { file: BINARY, args, cwd: options.cwd ?? box.cwd, env: { ...process.env, ...box.env, ...options.env } };
+}
+
+/** The unprivileged user the permission tests run the CLI as (root only). */
+export const NOBODY = 'nobody';
+
+/** `cmd args...` as `nobody` (setpriv), or undefined when this process cannot switch user. */
+function asNobodyArgs(cmd: string[]): string[] {
+  return ['--reuid=nobody', '--regid=nogroup', '--clear-groups', ...cmd];
+}
+
+/** Whether `nobody` can read every path (setpriv runs `test` as that user). */
+function nobodyReaches(paths: string[]): boolean {
+  const tests = paths.flatMap((p, i) => [...(i > 0 ? ['-a'] : []), '-r', p]);
+  return spawnSync('setpriv', asNobodyArgs(['test', ...tests])).status === 0;
+}
+
+/** The runtime packages bin/receiver.js loads: package.json's dependencies and theirs, as node resolves them. */
+function runtimePackages(): string[] {
+  const found = new Set<string>();
+  const visit = (from: string, names: string[]) => {
+    for (const name of names) {
+      // Node's lookup: <dir>/node_modules/<name>, from the requiring package up to the root.
+      let dir = from;
+      let at: string | undefined;
+      for (;;) {
+        const candidate = join(dir, 'node_modules', name);
+        if (existsSync(join(candidate, 'package.json'))) {
+          at = candidate;
+          break;
+        }
+        if (resolve(dir) === resolve(REPO)) break;
+        dir = dirname(dir);
+      }
+      if (at === undefined || found.has(at)) continue;
+      found.add(at);
+      const pkg = JSON.parse(readFileSync(join(at, 'package.json'), 'utf8')) as { dependencies?: object; optionalDependencies?: object };
+      visit(at, Object.keys({ ...pkg.dependencies, ...pkg.optionalDependencies }));
+    }
+  };
+  const root = JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8')) as { dependencies?: object };
+  visit(REPO, Object.keys(root.dependencies ?? {}));
+  return [...found];
+}
+
+let nobodyBin: { bin: string } | { skip: string } | undefined;
+
+/**
+ * bin/receiver.js as `nobody` can run it, for the tests that run the CLI as an unprivileged
+ * service user (root only): the checkout's own when `nobody` can reach it, else a copy of
+ * bin/, dist/, package.json and the runtime packages in a temp directory every user can
+ * enter (a checkout below root's 0700 home is out of its reach). `skip` says why it cannot
+ * be done here; a test reports itself skipped with it (`ctx.skip(reason)`).
+ */
+export function receiverForNobody(): { bin: string } | { skip: string } {
+  if (nobodyBin !== undefined) return nobodyBin;
+  nobodyBin = findReceiverForNobody();
+  return nobodyBin;
+}
+
+function findReceiverForNobody(): { bin: string } | { skip: string } {
+  if (process.getuid?.() !== 0) return { skip: 'running the CLI as nobody needs root (this run is not root)' };
+  if (spawnSync('setpriv', ['--version']).status !== 0) return { skip: 'running the CLI as nobody needs util-linux setpriv, not found' };
+  if (!nobodyReaches([process.execPath])) return { skip: `nobody cannot run node at ${process.execPath}` };
+  if (nobodyReaches([BIN, join(REPO, 'dist/cli/main.js'), join(REPO, 'node_modules/better-sqlite3/package.json')])) return { bin: BIN };
+  const dir = mkdtempSync(join(tmpdir(), 'receiver-as-nobody-'));
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  chmodSync(dir, 0o755);
+  for (const part of ['bin', 'dist', 'package.json', ...runtimePackages().map((p) => relative(REPO, p))]) {
+    // Not the single executable or its build directory (dist/receiver-*): only what node runs.
+    cpSync(join(REPO, part), join(dir, part), { recursive: true, filter: (from) => !/^dist\/(receiver-|binary-build)/.test(relative(REPO, from)) });
+  }
+  const bin = join(dir, 'bin/receiver.js');
+  if (!nobodyReaches([bin, join(dir, 'dist/cli/main.js')]))
+    return { skip: `nobody cannot reach a copy of the CLI in ${dir} (is ${tmpdir()} closed to other users?)` };
+  return { bin };
+}
+
+/** receiverForNobody's bin/receiver.js; else the test ends here, reported as skipped with the reason. */
+export function receiverForNobodyOrSkip(ctx: { skip: (note: string) => never }): string {
+  const receiver = receiverForNobody();
+  if ('skip' in receiver) return ctx.skip(receiver.skip);
+  return receiver.bin;
+}
+
+/** setpriv's arguments that run `receiver <args>` as `nobody` with `bin` (from receiverForNobody). */
+export function nobodyCommand(bin: string, args: string[]): { file: string; args: string[] } {
+  return { file: 'setpriv', args: asNobodyArgs([process.execPath, bin, ...args]) };
 }
 
 /** A fresh temp directory, removed by the returned cleanup. */

@@ -1,9 +1,10 @@
 import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { DrainLinesAfterDeliveries } from '../src/http/delivery-log.js';
 import { batchedLines, createLogger, logStyle, prettyLine } from '../src/log.js';
-import { REPO } from './helpers.js';
+import { REPO, tempDir } from './helpers.js';
 
 describe('log lines', () => {
   it('a line logged just before process.exit() is written (the exit flushes the stderr writer)', () => {
@@ -26,20 +27,29 @@ describe('log lines', () => {
   });
 
   it('a process whose stderr nobody reads still ends: it gives the reader a second at exit, then leaves the rest', async () => {
+    const tmp = tempDir();
+    const doneFile = join(tmp.dir, 'done-at');
     const script = `
+      import { writeFileSync } from 'node:fs';
       import { createLogger } from ${JSON.stringify(join(REPO, 'dist/log.js'))};
       const logger = createLogger('info', { redact: false });
       for (let i = 0; i < 3000; i++) logger.info({ eventId: i, padding: 'x'.repeat(100) }, 'delivery');
+      // When its work is done: from here to its exit is the time given to the reader.
+      writeFileSync(${JSON.stringify(doneFile)}, String(Date.now()));
     `;
     const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'ignore', 'pipe'] });
     // Not read until the child has exited: its pipe fills after a few hundred lines.
     let text = '';
     child.stderr.on('data', (d: Buffer) => (text += d.toString()));
     child.stderr.pause();
-    const started = Date.now();
     const code = await new Promise((r) => child.on('exit', r));
+    const exitedAt = Date.now();
     expect(code).toBe(0);
-    expect(Date.now() - started).toBeLessThan(10_000);
+    // A second for the reader, then it leaves (a little more for the exit itself on a busy machine).
+    const gaveMs = exitedAt - Number(readFileSync(doneFile, 'utf8'));
+    tmp.cleanup();
+    expect(gaveMs).toBeGreaterThanOrEqual(950);
+    expect(gaveMs).toBeLessThan(2500);
     child.stderr.resume();
     await new Promise((r) => child.stderr.on('end', r));
     // In order from the first, not all of them; the last one may be cut where the reader stopped taking bytes.

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { afterAll, describe, expect, it } from 'vitest';
-import { BIN, runCli, runInProcess, tempDir, writeConfig } from '../helpers.js';
+import { nobodyCommand, receiverForNobodyOrSkip, runCli, runInProcess, tempDir, writeConfig } from '../helpers.js';
 import { postgresAvailable, postgresBaseUrl } from '../postgres-helpers.js';
 
 const pgOk = await postgresAvailable();
@@ -327,9 +327,10 @@ describe('receiver check-config', () => {
     });
 
     // Permissions are checked for the user running check-config. Root may write anywhere, so
-    // as root the command runs as `nobody` (runuser), as an operator runs it as the service's user.
-    it('names what this user cannot do: a program only root may run, a directory or a database file it cannot write', async () => {
+    // as root the command runs as `nobody` (setpriv), as an operator runs it as the service's user.
+    it('names what this user cannot do: a program only root may run, a directory or a database file it cannot write', async (ctx) => {
       const root = process.getuid?.() === 0;
+      const bin = root ? receiverForNobodyOrSkip(ctx) : '';
       const d = dir();
       chmodSync(tmp.dir, 0o755);
       chmodSync(d, 0o755);
@@ -350,7 +351,8 @@ describe('receiver check-config', () => {
         const args = ['check-config', '-c', file];
         if (!root) return runInProcess(args, { env });
         return new Promise<{ code: number | null; stderr: string }>((resolve) => {
-          const child = spawn('runuser', ['-u', 'nobody', '--', process.execPath, BIN, ...args], { env: { ...process.env, ...env }, cwd: d });
+          const as = nobodyCommand(bin, args);
+          const child = spawn(as.file, as.args, { env: { ...process.env, ...env }, cwd: d });
           let stderr = '';
           child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
           child.on('close', (code) => resolve({ code, stderr }));

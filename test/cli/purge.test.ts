@@ -61,6 +61,13 @@ describe('receiver purge', () => {
     expect(left()).toHaveLength(8);
   });
 
+  it('accepts --days exactly the longest retry horizon (the keys a sender may still retry are kept that long)', async () => {
+    const r = await runInProcess(['purge', '-c', config, '--days', '10', '--dry-run', '--json']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(left()).toHaveLength(8);
+  });
+
   it('--force purges inside the horizon', async () => {
     const r = await runInProcess(['purge', '-c', config, '--days', '1', '--force', '--json']);
     expect(r.code).toBe(0);

@@ -1,13 +1,14 @@
 import Database from 'better-sqlite3';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
 import type { AddressInfo } from 'node:net';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeEach, describe, expect, it, type TestContext } from 'vitest';
 import { startupWarnings } from '../../src/server.js';
 import { assertWritable } from '../../src/store/sqlite/open.js';
 import { IngestThread } from '../../src/store/sqlite/ingest-thread.js';
-import { BIN, makeConfig, post, REPO, runCli, startServe, tempDir, writeConfig, type CliResult } from '../helpers.js';
+import { makeConfig, nobodyCommand, post, receiverForNobodyOrSkip, runCli, startServe, tempDir, writeConfig, type CliResult } from '../helpers.js';
 import { insertEvent, seedDb } from '../store/ops-seed.js';
 
 /**
@@ -27,17 +28,14 @@ function expectErrorTry(r: CliResult, error: string | RegExp): void {
   expect(r.stderr).not.toContain('Error: Error');
 }
 
-/** Whether this process may run a child as `nobody` (root and util-linux setpriv). */
-const AS_NOBODY = process.getuid?.() === 0 && spawnSync('setpriv', ['--version']).status === 0;
-if (!AS_NOBODY) console.warn('serve-startup.test.ts: not root or no setpriv: the permission tests (read-only database, port below 1024) are SKIPPED');
-
-/** Runs the CLI as the unprivileged `nobody` user, as a service user would run it. */
-function runCliAsNobody(args: string[], timeoutMs = 20_000): Promise<CliResult> {
+/**
+ * Runs the CLI as the unprivileged `nobody` user, as a service user would run it; reports
+ * the test skipped, with the reason, where this run cannot (not root, no setpriv).
+ */
+function runCliAsNobody(ctx: TestContext, args: string[], timeoutMs = 20_000): Promise<CliResult> {
+  const run = nobodyCommand(receiverForNobodyOrSkip(ctx), args);
   return new Promise((resolve, reject) => {
-    const child = spawn('setpriv', ['--reuid=nobody', '--regid=nogroup', '--clear-groups', process.execPath, BIN, ...args], {
-      cwd: REPO,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(run.file, run.args, { cwd: tmpdir(), stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -116,24 +114,24 @@ describe('receiver serve: start-up failures are Error/Try, exit 1, and leave not
     expect(existsSync(ran)).toBe(false);
   });
 
-  it.skipIf(!AS_NOBODY)('a port below 1024 without the privilege: exit 1, permission denied', async () => {
+  it('a port below 1024 without the privilege: exit 1, permission denied', async (ctx) => {
     const start = Number(readFileSync('/proc/sys/net/ipv4/ip_unprivileged_port_start', 'utf8'));
-    if (start <= 80) {
-      console.warn('serve-startup.test.ts: ip_unprivileged_port_start is 80 or less: port 80 needs no privilege here; test SKIPPED');
-      return;
-    }
+    // Docker's default is 0: every port is unprivileged there, and nothing can be refused.
+    ctx.skip(start <= 80, `net.ipv4.ip_unprivileged_port_start is ${start}: port 80 needs no privilege on this machine`);
     const d = dir();
     const file = writeConfig(d, { sources: { t: { provider: 'none' } } });
     chmodSync(d, 0o777);
-    const r = await runCliAsNobody(['serve', '-c', file, '--port', '80']);
+    const r = await runCliAsNobody(ctx, ['serve', '-c', file, '--port', '80']);
     expectErrorTry(r, 'cannot listen on 127.0.0.1:80: permission denied (EACCES): ports below 1024 need privileges');
     expect(r.stderr).toMatch(/^Try: .*CAP_NET_BIND_SERVICE/m);
   });
 
-  describe.skipIf(!AS_NOBODY)('a database the service user cannot write (a restore done as root)', () => {
-    it('the directory is not writable: refuses to start, names the directory and the user; nothing changed', async () => {
+  describe('a database the service user cannot write (a restore done as root)', () => {
+    beforeEach((ctx) => void receiverForNobodyOrSkip(ctx));
+
+    it('the directory is not writable: refuses to start, names the directory and the user; nothing changed', async (ctx) => {
       const { file, ran, db } = withPendingEvent(dir());
-      const r = await runCliAsNobody(['serve', '-c', file, '--port', '0']);
+      const r = await runCliAsNobody(ctx, ['serve', '-c', file, '--port', '0']);
       expectErrorTry(r, /^Error: database .*receiver\.db cannot be written by nobody: its directory .* is not writable/m);
       expect(r.stderr).toMatch(/^Try: .*chown nobody/m);
       expect(r.stderr).not.toContain('"msg":"listening"');
@@ -141,16 +139,16 @@ describe('receiver serve: start-up failures are Error/Try, exit 1, and leave not
       expect(existsSync(`${db}-wal`)).toBe(false);
     });
 
-    it('the file is not writable (directory writable): refuses to start', async () => {
+    it('the file is not writable (directory writable): refuses to start', async (ctx) => {
       const d = dir();
       const { file, db } = withPendingEvent(d);
       chmodSync(d, 0o777);
       chmodSync(db, 0o644);
-      const r = await runCliAsNobody(['serve', '-c', file, '--port', '0']);
+      const r = await runCliAsNobody(ctx, ['serve', '-c', file, '--port', '0']);
       expectErrorTry(r, /^Error: database .*receiver\.db cannot be written by nobody: the file is not writable/m);
     });
 
-    it('its -wal file is not writable: refuses to start', async () => {
+    it('its -wal file is not writable: refuses to start', async (ctx) => {
       const d = dir();
       const { file, db } = withPendingEvent(d);
       chmodSync(d, 0o777);
@@ -161,29 +159,29 @@ describe('receiver serve: start-up failures are Error/Try, exit 1, and leave not
       root.exec('CREATE TABLE IF NOT EXISTS scratch (x)');
       // SQLite gives the -wal file the mode of the database file; a restore as root does not.
       chmodSync(`${db}-wal`, 0o644);
-      const r = await runCliAsNobody(['serve', '-c', file, '--port', '0']);
+      const r = await runCliAsNobody(ctx, ['serve', '-c', file, '--port', '0']);
       root.close();
       expectErrorTry(r, /^Error: database .*receiver\.db cannot be written by nobody: its WAL file receiver\.db-wal is not writable/m);
     });
 
-    it('a new database in a directory the user cannot write: refuses to start with Error/Try', async () => {
+    it('a new database in a directory the user cannot write: refuses to start with Error/Try', async (ctx) => {
       const d = dir();
       const file = writeConfig(d, { sources: { t: { provider: 'none' } } });
-      const r = await runCliAsNobody(['serve', '-c', file, '--port', '0']);
+      const r = await runCliAsNobody(ctx, ['serve', '-c', file, '--port', '0']);
       expectErrorTry(r, /^Error: database .*receiver\.db cannot be written by nobody: its directory/m);
       expect(existsSync(`${d}/receiver.db`)).toBe(false);
     });
 
-    it('a database directory the user cannot create: Error/Try, no stack', async () => {
+    it('a database directory the user cannot create: Error/Try, no stack', async (ctx) => {
       const d = dir();
       const file = writeConfig(d, { sources: { t: { provider: 'none' } }, database: `${d}/sub/receiver.db` });
-      const r = await runCliAsNobody(['serve', '-c', file, '--port', '0']);
+      const r = await runCliAsNobody(ctx, ['serve', '-c', file, '--port', '0']);
       expectErrorTry(r, `cannot create the database directory ${d}/sub: permission denied (EACCES)`);
     });
 
-    it('an operator command on it says so with Error/Try too (no stack)', async () => {
+    it('an operator command on it says so with Error/Try too (no stack)', async (ctx) => {
       const { file } = withPendingEvent(dir());
-      const r = await runCliAsNobody(['stats', '-c', file]);
+      const r = await runCliAsNobody(ctx, ['stats', '-c', file]);
       expectErrorTry(r, /^Error: database .*receiver\.db cannot be written by nobody: attempt to write a readonly database/m);
     });
   });

@@ -117,6 +117,17 @@ describe('receiver stats', () => {
     expect(r.stdout).toMatch(/github: 20(\.\d)? h old \(2 event\(s\)\), horizon 8 h, covered/);
   });
 
+  it('a claim is stuck once its lease has run out, not at the moment it ends: the oldest expired lease is named', async () => {
+    const stuck = async (at: number) =>
+      (JSON.parse((await runInProcess(['stats', '-c', config, '--json'], { now: () => at })).stdout) as { stuckClaims: unknown }).stuckClaims;
+    const oldest = new Date(now - 2 * HOUR).toISOString();
+    // Event e's lease ends at now + 1 h: at that very moment it still holds.
+    expect(await stuck(now + HOUR)).toEqual({ count: 1, oldestLeaseExpiredAt: oldest });
+    expect(await stuck(now + HOUR + 1)).toEqual({ count: 2, oldestLeaseExpiredAt: oldest });
+    // Before d's lease ran out, nothing is stuck.
+    expect(await stuck(now - 2 * HOUR)).toEqual({ count: 0, oldestLeaseExpiredAt: null });
+  });
+
   it('once the first event is gone, a source younger than its horizon is told apart from a young database', async () => {
     const other = tempDir();
     try {

@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { BIN, runInProcess, startServe, tempDir, writeConfig } from '../helpers.js';
+import { nobodyCommand, receiverForNobodyOrSkip, runInProcess, startServe, tempDir, writeConfig } from '../helpers.js';
 
 /**
  * check-config and serve say when a file receiver reads secrets from can be read by every
@@ -82,20 +82,19 @@ describe('secrets in files that every user can read', () => {
     expect(warns[0]!.fix).toMatch(/chmod/);
   });
 
-  it.runIf(process.geteuid?.() === 0 && spawnSync('runuser', ['--help']).status === 0)(
-    'run as a user that reads the file only through the bits for others, the fix gives the file its group first',
-    () => {
-      const s = setup({ admin: 0o644, hook: 0o640, metrics: 0o640, env: 0o640 });
-      chmodSync(tmp.dir, 0o755);
-      chmodSync(s.dir, 0o755);
-      for (const f of [s.hook, s.metrics, s.env]) chownSync(f, 65534, 65534);
-      chmodSync(s.config, 0o644);
-      const group = spawnSync('id', ['-gn', 'nobody'], { encoding: 'utf8' }).stdout.trim();
-      const r = spawnSync('runuser', ['-u', 'nobody', '--', process.execPath, BIN, 'check-config', '-c', s.config], { encoding: 'utf8', cwd: s.dir });
-      expect(r.stderr).toBe(
-        `Warning: admin.token: ${s.admin} can be read by every user on this machine (mode 0644); only its owner and the service's group should: chgrp ${group} ${s.admin} && chmod 0640 ${s.admin}\n`,
-      );
-      expect(r.status).toBe(0);
-    },
-  );
+  it('run as a user that reads the file only through the bits for others, the fix gives the file its group first', (ctx) => {
+    const bin = receiverForNobodyOrSkip(ctx);
+    const s = setup({ admin: 0o644, hook: 0o640, metrics: 0o640, env: 0o640 });
+    chmodSync(tmp.dir, 0o755);
+    chmodSync(s.dir, 0o755);
+    for (const f of [s.hook, s.metrics, s.env]) chownSync(f, 65534, 65534);
+    chmodSync(s.config, 0o644);
+    const group = spawnSync('id', ['-gn', 'nobody'], { encoding: 'utf8' }).stdout.trim();
+    const run = nobodyCommand(bin, ['check-config', '-c', s.config]);
+    const r = spawnSync(run.file, run.args, { encoding: 'utf8', cwd: s.dir });
+    expect(r.stderr).toBe(
+      `Warning: admin.token: ${s.admin} can be read by every user on this machine (mode 0644); only its owner and the service's group should: chgrp ${group} ${s.admin} && chmod 0640 ${s.admin}\n`,
+    );
+    expect(r.status).toBe(0);
+  });
 });

@@ -150,11 +150,19 @@ describe('POST /webhooks/:source (generic HMAC source, real server, real SQLite 
   it('a lock released within the busy timeout delays the answer but does not fail it', async () => {
     const other = new Database(app.config.database);
     other.exec('BEGIN IMMEDIATE');
+    const started = Date.now();
+    let releasedAt = 0;
     setTimeout(() => {
       other.exec('ROLLBACK');
       other.close();
-    }, 100);
-    expect((await deliver('{"id":"evt_wait"}')).status).toBe(202);
+      releasedAt = Date.now();
+    }, 200);
+    const r = await deliver('{"id":"evt_wait"}');
+    expect(r.status).toBe(202);
+    // Answered after the lock was let go (the commit waited for it), not before.
+    expect(releasedAt).toBeGreaterThan(0);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(200);
+    expect(count(app)).toBe(1);
   });
 
   it('GET /healthz is 200 while the database answers; unknown routes are JSON 404s', async () => {

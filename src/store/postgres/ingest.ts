@@ -34,7 +34,7 @@ const keyOf = (source: string, deliveryId: string) => `${source}\u0000${delivery
  * receivers inserting the same delivery ids at once wait on each other in the same order
  * and cannot deadlock, and within a batch the first arrival of a delivery id is stored.
  */
-export async function ingestBatch(conn: Conn, items: readonly NewEvent[]): Promise<IngestResult[]> {
+export async function ingestBatch(conn: Conn, items: readonly NewEvent[], again = false): Promise<IngestResult[]> {
   const drawn = await conn.query<{ id: number }>('ingest', `SELECT nextval(pg_get_serial_sequence('events', 'id')) AS id FROM generate_series(1, $1)`, [
     items.length,
   ]);
@@ -56,7 +56,18 @@ export async function ingestBatch(conn: Conn, items: readonly NewEvent[]): Promi
     if (inserted.has(id)) results[i] = { outcome: 'accepted', eventId: id, status: e.successStatus, body: acceptedAnswer(id) };
     else rest.push(i);
   });
-  if (rest.length > 0) await answerExisting(conn, items, rest, results);
+  const vanished = rest.length > 0 ? await answerExisting(conn, items, rest, results) : [];
+  if (vanished.length > 0) {
+    // Purged between the INSERT that skipped them and the read: inserted afresh, once (a
+    // delivery of a purged event is a new event); a second time is an error, not a loop.
+    if (again) throw new Error(`insert of ${items[vanished[0]!]!.source}/${items[vanished[0]!]!.deliveryId} was skipped as a conflict twice but no row exists`);
+    const fresh = await ingestBatch(
+      conn,
+      vanished.map((i) => items[i]!),
+      true,
+    );
+    vanished.forEach((i, k) => (results[i] = fresh[k]));
+  }
   return results as IngestResult[];
 }
 
@@ -65,8 +76,10 @@ export async function ingestBatch(conn: Conn, items: readonly NewEvent[]): Promi
  * id order, so concurrent batches counting duplicates of the same events take their row
  * locks in one order (no deadlock).
  */
-async function answerExisting(conn: Conn, items: readonly NewEvent[], rest: number[], results: (IngestResult | undefined)[]): Promise<void> {
+async function answerExisting(conn: Conn, items: readonly NewEvent[], rest: number[], results: (IngestResult | undefined)[]): Promise<number[]> {
+  const vanished: number[] = [];
   await conn.transaction('ingest', async (client) => {
+    vanished.length = 0;
     const { rows } = await client.query<ExistingRow>(
       `SELECT id, source, delivery_id, body_sha256, origin, response_status, response_body FROM events
        WHERE (source, delivery_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
@@ -79,9 +92,11 @@ async function answerExisting(conn: Conn, items: readonly NewEvent[], rest: numb
     for (const i of rest) {
       const e = items[i]!;
       const row = existing.get(keyOf(e.source, e.deliveryId));
-      // ON CONFLICT skipped it, yet no row: purged in between. The batch fails and
-      // GroupCommit retries each item alone, where it is inserted afresh.
-      if (row === undefined) throw new Error(`insert of ${e.source}/${e.deliveryId} was skipped as a conflict but no row exists`);
+      // ON CONFLICT skipped it, yet no row: purged in between. Inserted afresh by the caller.
+      if (row === undefined) {
+        vanished.push(i);
+        continue;
+      }
       if (isSameEvent(row, e.bodySha256)) {
         duplicates.set(row.id, (duplicates.get(row.id) ?? 0) + 1);
         results[i] = { outcome: 'duplicate', eventId: row.id, status: row.response_status, body: row.response_body };
@@ -124,6 +139,7 @@ async function answerExisting(conn: Conn, items: readonly NewEvent[], rest: numb
       );
     }
   });
+  return vanished;
 }
 
 function compareItems(a: NewEvent, b: NewEvent): number {

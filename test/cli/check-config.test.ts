@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -89,7 +89,13 @@ describe('receiver check-config', () => {
     expect((await runInProcess(['check-config', '-c', writeConfig(d, valid(d))], { env: { ...env, RECEIVER_USER: 'nobody' } })).stderr).toBe('');
   });
 
-  it.runIf(process.getuid?.() === 0)('started as root with "user", it reads the secrets as root, then checks as that user', async () => {
+  it.runIf(process.getuid?.() === 0)('started as root with "user", it reads the secrets as root, then checks as that user', async (ctx) => {
+    // It runs as nobody once the configuration is read: its code must be where nobody can read it.
+    const bin = receiverForNobodyOrSkip(ctx);
+    const runCli = (args: string[], o: { env: NodeJS.ProcessEnv }) => {
+      const r = spawnSync(process.execPath, [bin, ...args], { env: { ...process.env, ...o.env }, encoding: 'utf8' });
+      return Promise.resolve({ code: r.status, stdout: r.stdout, stderr: r.stderr });
+    };
     const d = dir();
     chmodSync(tmp.dir, 0o755);
     chownSync(d, 65534, 65534);

@@ -410,6 +410,10 @@ function catchUpSettings(
     apiBase: c.apiBase ?? sender.defaultApiBase,
     everyMinutes: c.everyMinutes,
     maxRequests: c.maxRequests,
+    maxEvents: c.maxEvents,
+    timeoutMs: c.timeoutSeconds * 1000,
+    maxRunMs: c.maxRunSeconds * 1000,
+    maxResponseBytes: c.maxResponseBytes,
     hook: c.hook,
     notificationSettingId: c.notificationSettingId,
   };

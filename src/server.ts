@@ -9,6 +9,7 @@ import { createAdaptorServer } from '@hono/node-server';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { startCatchUp, type CatchUpSchedule } from './catchup/schedule.js';
+import { plainApiBases } from './catchup/warnings.js';
 import type { Config } from './config/load.js';
 import { isPostgresUrl } from './config/database.js';
 import { describeConfig } from './config/describe.js';
@@ -91,9 +92,9 @@ export function serverTimeouts(config: Pick<Config, 'requestTimeoutSeconds'>) {
 
 /** What `serve` warns about at start: the configuration is valid but may hurt senders. */
 export function startupWarnings(
-  config: Pick<Config, 'sources' | 'routes' | 'database' | 'busyTimeoutMs'>,
+  config: Pick<Config, 'sources' | 'routes' | 'database' | 'busyTimeoutMs' | 'catchUp'>,
 ): { fields: Record<string, unknown>; message: string }[] {
-  const warnings: { fields: Record<string, unknown>; message: string }[] = [];
+  const warnings: { fields: Record<string, unknown>; message: string }[] = plainApiBases(config.catchUp);
   for (const source of config.sources.values()) {
     if (source.provider.name === 'none') {
       warnings.push({

@@ -78,7 +78,7 @@ export type CatchUpResultName = (typeof CATCH_UP_RESULTS)[number];
  * sender's API `listed`, those `already_stored`, those `stored` from the API (Stripe), those
  * whose redelivery was asked (`redelivery_asked`: GitHub, Paddle, GitLab), and `failed` ones.
  */
-export const CATCH_UP_OUTCOMES = ['listed', 'already_stored', 'stored', 'redelivery_asked', 'failed'] as const;
+export const CATCH_UP_OUTCOMES = ['listed', 'already_stored', 'stored', 'redelivery_asked', 'failed', 'skipped'] as const;
 export type CatchUpOutcomeName = (typeof CATCH_UP_OUTCOMES)[number];
 
 /**

@@ -1,17 +1,22 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { ReceiverError } from '../errors.js';
+import { outbound, OutboundError, type OutboundResponse } from '../outbound.js';
 
 /**
  * One run's HTTP client for a sender's API: polite (429 and Retry-After honoured, a
- * bounded number of requests), and careful with the credential (sent in a header, never
- * in a message; next-page URLs are followed only on the API's own origin, so a page can
- * never send the credential elsewhere).
+ * bounded number of requests), bounded (each request in time and size, the run in time:
+ * see src/outbound.ts), and careful with the credential (sent in a header, never in a
+ * message, nor anything in an answer that looks like it; next-page URLs are followed only
+ * on the API's own origin, so a page can never send the credential elsewhere).
  */
 
-/** A run stopped by its request budget (catchUp.maxRequests): the next run continues. */
-export class BudgetExhausted extends ReceiverError {
-  constructor(source: string, max: number) {
-    super('runtime', `sources.${source}.catchUp: stopped after ${max} requests (catchUp.maxRequests); the next run continues where this one stopped`);
+/**
+ * A run stopped at one of its bounds (catchUp.maxRequests, maxEvents, maxRunSeconds): the
+ * next run continues from the page where it stopped.
+ */
+export class RunCut extends ReceiverError {
+  constructor(source: string, what: string) {
+    super('runtime', `sources.${source}.catchUp: stopped after ${what}; the next run continues where this one stopped`);
   }
 }
 
@@ -34,7 +39,16 @@ export interface SenderApiOptions {
   /** The catchUp fields that name what is listed, for a 404 (`catchUp.hook and catchUp.apiBase`). */
   where: string;
   maxRequests: number;
-  fetch?: typeof fetch;
+  /** One request, connection to the answer's last byte (ms). */
+  timeoutMs: number;
+  /** An answer longer than this is refused. */
+  maxResponseBytes: number;
+  /** When the run must end (performance.now() ms): no request or wait goes past it. */
+  deadline: number;
+  /** What the run's time bound is called, for the message (catchUp.maxRunSeconds). */
+  deadlineField: string;
+  /** Text never quoted from an answer (the credential). */
+  credential: string;
   sleep?: (ms: number) => Promise<void>;
   signal?: AbortSignal | undefined;
   /** A 429 asking to wait longer than this fails the run instead (the next run tries again). */
@@ -50,20 +64,18 @@ export interface ApiResponse {
 /** An answer about one request (a 4xx other than 401/403/429, a next page elsewhere): the run may go on with the next item. */
 export class RequestRefused extends ReceiverError {}
 
-/** Tries of one request after a 5xx or network failure, and the pause before each. */
+/** Tries of one request after a 5xx or network failure: the pause before each. */
 const RETRY_PAUSES_MS = [500, 2000];
 
 export class SenderApi {
   requests = 0;
   readonly #o: SenderApiOptions;
   readonly #origin: string;
-  readonly #fetch: typeof fetch;
   readonly #sleep: (ms: number) => Promise<void>;
 
   constructor(options: SenderApiOptions) {
     this.#o = options;
     this.#origin = new URL(options.base).origin;
-    this.#fetch = options.fetch ?? fetch;
     this.#sleep = options.sleep ?? ((ms) => delay(ms, undefined, options.signal === undefined ? {} : { signal: options.signal }));
   }
 
@@ -82,6 +94,22 @@ export class SenderApi {
     return url;
   }
 
+  /** Whether `href` is on the API's origin (a cursor kept from an earlier run, maybe under another apiBase). */
+  onOrigin(href: string): boolean {
+    try {
+      return new URL(href, this.#o.base).origin === this.#origin;
+    } catch {
+      return false;
+    }
+  }
+
+  /** The time the run has left (ms); past its deadline the run is cut. */
+  #timeLeft(): number {
+    const left = this.#o.deadline - performance.now();
+    if (left <= 0) throw new RunCut(this.#o.source, this.#o.deadlineField);
+    return left;
+  }
+
   get(url: URL): Promise<ApiResponse> {
     return this.request('GET', url);
   }
@@ -93,42 +121,51 @@ export class SenderApi {
   async request(method: 'GET' | 'POST', url: URL, body?: unknown): Promise<ApiResponse> {
     let failures = 0;
     for (;;) {
-      if (this.requests >= this.#o.maxRequests) throw new BudgetExhausted(this.#o.source, this.#o.maxRequests);
+      if (this.requests >= this.#o.maxRequests) throw new RunCut(this.#o.source, `${this.#o.maxRequests} requests (catchUp.maxRequests)`);
+      const left = this.#timeLeft();
       this.requests += 1;
-      let res: Response;
+      let res: OutboundResponse;
       try {
-        res = await this.#fetch(url, {
+        res = await outbound({
           method,
+          url,
           headers: {
             accept: 'application/json',
             'user-agent': 'receiver-catch-up',
             ...this.#o.headers,
             ...(body === undefined ? {} : { 'content-type': 'application/json' }),
           },
-          ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-          redirect: 'error',
-          ...(this.#o.signal === undefined ? {} : { signal: this.#o.signal }),
+          body: body === undefined ? undefined : Buffer.from(JSON.stringify(body)),
+          // The run's deadline bounds the request too: a run never outlives maxRunSeconds by more than a moment.
+          timeoutMs: Math.min(this.#o.timeoutMs, left),
+          maxResponseBytes: this.#o.maxResponseBytes,
+          signal: this.#o.signal,
         });
       } catch (e) {
-        if (this.#o.signal?.aborted === true) throw e;
+        if (!(e instanceof OutboundError)) throw e;
+        if (e.failure === 'aborted') throw e;
+        if (e.failure === 'timeout' && this.#o.deadline - performance.now() <= 0) throw new RunCut(this.#o.source, this.#o.deadlineField);
+        if (e.failure === 'too-large') throw this.#error(`${e.message} (catchUp.maxResponseBytes)`);
         const pause = RETRY_PAUSES_MS[failures++];
-        if (pause === undefined) throw this.#error(`cannot reach ${this.#origin} (${(e as Error).message})`);
-        await this.#sleep(pause);
+        if (pause === undefined) throw this.#error(e.failure === 'timeout' ? `${e.message} (catchUp.timeoutSeconds)` : e.message);
+        await this.#sleep(Math.min(pause, this.#timeLeft()));
         continue;
       }
-      const text = await res.text();
+      const text = res.body.toString('utf8');
+      const headers = new Headers();
+      for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers.set(k, Array.isArray(v) ? v.join(', ') : v);
       // GitHub says "rate limited" with 403 too: x-ratelimit-remaining 0, or Retry-After (secondary limits).
-      if (res.status === 429 || (res.status === 403 && (res.headers.get('x-ratelimit-remaining') === '0' || res.headers.has('retry-after')))) {
-        const waitMs = retryAfterMs(res.headers);
-        const max = this.#o.maxWaitMs ?? 60_000;
+      if (res.status === 429 || (res.status === 403 && (headers.get('x-ratelimit-remaining') === '0' || headers.has('retry-after')))) {
+        const waitMs = retryAfterMs(headers);
+        const max = Math.min(this.#o.maxWaitMs ?? 60_000, this.#timeLeft());
         if (waitMs > max) throw this.#error(`rate limited by the API for ${Math.ceil(waitMs / 1000)} s; the next run tries again`);
         await this.#sleep(waitMs);
         continue;
       }
       if (res.status >= 500) {
         const pause = RETRY_PAUSES_MS[failures++];
-        if (pause === undefined) throw this.#error(`the API answered ${res.status} to ${method} ${url.pathname}${apiMessage(text)}`);
-        await this.#sleep(pause);
+        if (pause === undefined) throw this.#error(`the API answered ${res.status} to ${method} ${url.pathname}${this.#apiMessage(text)}`);
+        await this.#sleep(Math.min(pause, this.#timeLeft()));
         continue;
       }
       if (res.status === 401 || res.status === 403) {
@@ -143,7 +180,7 @@ export class SenderApi {
       }
       if (res.status === 404 && method === 'GET')
         throw this.#error(`the API answered 404 to GET ${url.pathname}: nothing there, or the credential cannot see it (check ${this.#o.where})`);
-      if (res.status >= 400) throw this.#error(`the API answered ${res.status} to ${method} ${url.pathname}${apiMessage(text)}`);
+      if (res.status >= 400) throw this.#error(`the API answered ${res.status} to ${method} ${url.pathname}${this.#apiMessage(text)}`);
       let json: unknown = null;
       if (text !== '') {
         try {
@@ -152,8 +189,14 @@ export class SenderApi {
           throw this.#error(`the API answered ${method} ${url.pathname} with something that is not JSON`);
         }
       }
-      return { status: res.status, json, headers: res.headers };
+      return { status: res.status, json, headers };
     }
+  }
+
+  /** The API's own error text, cut short and with anything like the credential taken out. */
+  #apiMessage(text: string): string {
+    const message = apiMessage(text);
+    return message === '' ? '' : ` (${redactCredential(message, this.#o.credential)})`;
   }
 
   #error(message: string): ReceiverError {
@@ -174,7 +217,7 @@ export function retryAfterMs(headers: Headers, now = Date.now()): number {
   return 1000;
 }
 
-/** The API's own error text, cut short, for a message. */
+/** The API's own error text, cut short; '' when it has none. */
 function apiMessage(text: string): string {
   let message: unknown;
   try {
@@ -183,7 +226,32 @@ function apiMessage(text: string): string {
   } catch {
     return '';
   }
-  return typeof message === 'string' && message !== '' ? ` (${message.slice(0, 200)})` : '';
+  return typeof message === 'string' ? message.slice(0, 200) : '';
+}
+
+/** At least this many characters in a row of the credential are taken out of a message. */
+const CREDENTIAL_RUN = 6;
+
+/**
+ * A message from the sender's API with the credential taken out: the whole of it, any
+ * part of it of CREDENTIAL_RUN characters or more (an API may echo a prefix or a suffix),
+ * and every word that looks like an API key or token (a known key prefix, or a long run
+ * of letters, digits and `_-`), whichever credential it belongs to.
+ */
+export function redactCredential(message: string, credential: string): string {
+  let out = message;
+  if (credential.length > 0) {
+    out = out.split(credential).join('[redacted]');
+    // Every run of the credential, longest first, down to CREDENTIAL_RUN characters.
+    for (let len = Math.min(credential.length - 1, 64); len >= CREDENTIAL_RUN; len--)
+      for (let i = 0; i + len <= credential.length; i++) {
+        const part = credential.slice(i, i + len);
+        if (out.includes(part)) out = out.split(part).join('[redacted]');
+      }
+  }
+  return out
+    .replace(/\b(?:sk|rk|pk|whsec|pdl|apikey|ghp|gho|ghu|ghs|ghr|github_pat|glpat|gldt|xox[abpr])[_-][A-Za-z0-9_*.-]+/gi, '[redacted]')
+    .replace(/[A-Za-z0-9_-]{24,}/g, (w) => (/[0-9]/.test(w) && /[A-Za-z]/.test(w) ? '[redacted]' : w));
 }
 
 /** The URL of `rel="next"` in a Link header (GitHub, GitLab). */

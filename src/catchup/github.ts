@@ -18,7 +18,8 @@ interface Delivery {
  * GitHub never retries a failed delivery. Its API lists a hook's deliveries (3 days,
  * newest first, cursor pages in the Link header) and redelivers one on request, with the
  * same GUID: the delivery comes back signed through the normal path. Every attempt of one
- * GUID (redeliveries included) is one listed item; the newest attempt is the one redelivered.
+ * GUID (redeliveries included) on a page is one listed item; the newest attempt is the one
+ * redelivered. A GUID whose attempts span two pages is handled on the first (see run.ts).
  */
 export const githubCatchUp: CatchUpSender = {
   provider: 'github',
@@ -39,28 +40,25 @@ export const githubCatchUp: CatchUpSender = {
   headers(token) {
     return { authorization: `Bearer ${token}`, accept: 'application/vnd.github+json', 'x-github-api-version': '2022-11-28' };
   },
-  async list({ api, settings, from }) {
+  async page({ api, settings, from }, at) {
     const hook = settings.hook!;
     const hookId = HOOK.exec(hook)![2]!;
+    const res = await api.get(at ?? api.url(`/${hook}/deliveries`, { per_page: PAGE }));
+    const page: unknown[] = Array.isArray(res.json) ? res.json : [];
     // By GUID: the newest attempt (listed first) is redelivered; the oldest is when it happened.
     const byGuid = new Map<string, { newest: number; at: number; event: string }>();
-    let url = api.url(`/${hook}/deliveries`, { per_page: PAGE });
-    for (;;) {
-      const res = await api.get(url);
-      const page = Array.isArray(res.json) ? (res.json as Delivery[]) : [];
-      let older = false;
-      for (const d of page) {
-        if (typeof d.id !== 'number' || typeof d.guid !== 'string' || typeof d.delivered_at !== 'string') continue;
-        const at = Date.parse(d.delivered_at);
-        if (at < from) older = true;
-        const seen = byGuid.get(d.guid);
-        if (seen === undefined) byGuid.set(d.guid, { newest: d.id, at, event: typeof d.event === 'string' ? d.event : 'unknown' });
-        else seen.at = Math.min(seen.at, at);
+    let skipped = 0;
+    let reachedFrom = false;
+    for (const d of page as (Delivery | null)[]) {
+      const at = typeof d?.delivered_at === 'string' ? Date.parse(d.delivered_at) : Number.NaN;
+      if (d === null || typeof d !== 'object' || typeof d.id !== 'number' || typeof d.guid !== 'string' || Number.isNaN(at)) {
+        skipped += 1;
+        continue;
       }
-      const next = nextLink(res.headers);
-      // Newest first: once a page reaches before the starting point, later pages are older still.
-      if (older || next === undefined || page.length === 0) break;
-      url = api.sameOrigin(next);
+      if (at < from) reachedFrom = true;
+      const seen = byGuid.get(d.guid);
+      if (seen === undefined) byGuid.set(d.guid, { newest: d.id, at, event: typeof d.event === 'string' ? d.event : 'unknown' });
+      else seen.at = Math.min(seen.at, at);
     }
     const items: ListedItem[] = [];
     for (const [guid, d] of byGuid) {
@@ -74,6 +72,6 @@ export const githubCatchUp: CatchUpSender = {
         },
       });
     }
-    return items;
+    return { items, next: page.length === 0 ? undefined : nextLink(res.headers), skipped, reachedFrom };
   },
 };

@@ -23,7 +23,8 @@ function headerOf(headers: unknown, name: string): string | undefined {
  * GitLab keeps a hook's recent events (7 days) at `GET .../hooks/<id>/events` and resends
  * one on request (`POST .../events/<id>/resend`) with the same Idempotency-Key. The
  * delivery id is read from the logged request headers as ingest reads it. An event without
- * `created_at` cannot be placed after the starting point, so it is never resent.
+ * a delivery id or `created_at` cannot be matched or placed after the starting point: it
+ * is skipped and counted, never resent.
  */
 export const gitlabCatchUp: CatchUpSender = {
   provider: 'gitlab',
@@ -42,30 +43,31 @@ export const gitlabCatchUp: CatchUpSender = {
   headers(token) {
     return { 'private-token': token };
   },
-  async list({ api, settings, from }) {
+  async page({ api, settings, from }, at) {
     const hook = settings.hook!;
+    const res = await api.get(at ?? api.url(`/${hook}/events`, { per_page: PAGE }));
+    const page: unknown[] = Array.isArray(res.json) ? res.json : [];
     const byId = new Map<string, { newest: number; at: number; type: string }>();
-    let url = api.url(`/${hook}/events`, { per_page: PAGE });
-    for (;;) {
-      const res = await api.get(url);
-      const page = Array.isArray(res.json) ? (res.json as HookEvent[]) : [];
-      let older = false;
-      for (const e of page) {
-        if (typeof e.id !== 'number') continue;
-        const id =
-          headerOf(e.request_headers, 'idempotency-key') ?? headerOf(e.request_headers, 'webhook-id') ?? headerOf(e.request_headers, 'x-gitlab-event-uuid');
-        if (id === undefined) continue;
-        const at = typeof e.created_at === 'string' ? Date.parse(e.created_at) : Number.NaN;
-        if (at < from) older = true;
-        const seen = byId.get(id);
-        if (seen === undefined)
-          byId.set(id, { newest: e.id, at, type: headerOf(e.request_headers, 'x-gitlab-event') ?? (typeof e.trigger === 'string' ? e.trigger : 'unknown') });
-        else if (e.id > seen.newest) seen.newest = e.id;
-        if (seen !== undefined && !Number.isNaN(at)) seen.at = Number.isNaN(seen.at) ? at : Math.min(seen.at, at);
+    let skipped = 0;
+    let reachedFrom = false;
+    for (const e of page as (HookEvent | null)[]) {
+      const id =
+        e === null || typeof e !== 'object'
+          ? undefined
+          : (headerOf(e.request_headers, 'idempotency-key') ?? headerOf(e.request_headers, 'webhook-id') ?? headerOf(e.request_headers, 'x-gitlab-event-uuid'));
+      const at = typeof e?.created_at === 'string' ? Date.parse(e.created_at) : Number.NaN;
+      if (e === null || typeof e.id !== 'number' || id === undefined || Number.isNaN(at)) {
+        skipped += 1;
+        continue;
       }
-      const next = nextLink(res.headers);
-      if (older || next === undefined || page.length === 0) break;
-      url = api.sameOrigin(next);
+      if (at < from) reachedFrom = true;
+      const seen = byId.get(id);
+      if (seen === undefined)
+        byId.set(id, { newest: e.id, at, type: headerOf(e.request_headers, 'x-gitlab-event') ?? (typeof e.trigger === 'string' ? e.trigger : 'unknown') });
+      else {
+        seen.newest = Math.max(seen.newest, e.id);
+        seen.at = Math.min(seen.at, at);
+      }
     }
     const items: ListedItem[] = [];
     for (const [id, e] of byId) {
@@ -78,6 +80,6 @@ export const gitlabCatchUp: CatchUpSender = {
         },
       });
     }
-    return items;
+    return { items, next: page.length === 0 ? undefined : nextLink(res.headers), skipped, reachedFrom };
   },
 };

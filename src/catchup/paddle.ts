@@ -42,30 +42,28 @@ export const paddleCatchUp: CatchUpSender = {
   headers(key) {
     return { authorization: `Bearer ${key}` };
   },
-  async list({ api, settings, from }) {
+  async page({ api, settings, from }, at) {
+    const url =
+      at ??
+      api.url('/notifications', {
+        notification_setting_id: settings.notificationSettingId,
+        status: 'failed',
+        per_page: PAGE,
+        from: new Date(from).toISOString(),
+      });
+    const page = ((await api.get(url)).json ?? {}) as PaddleList;
     const byEvent = new Map<string, { notification: string; at: number; type: string }>();
-    let url = api.url('/notifications', {
-      notification_setting_id: settings.notificationSettingId,
-      status: 'failed',
-      per_page: PAGE,
-      from: new Date(from).toISOString(),
-    });
-    for (;;) {
-      const res = await api.get(url);
-      const page = res.json as PaddleList;
-      for (const n of Array.isArray(page.data) ? (page.data as Notification[]) : []) {
-        const eventId = n.payload?.event_id;
-        if (typeof n.id !== 'string' || typeof eventId !== 'string' || typeof n.occurred_at !== 'string' || n.origin !== 'event') continue;
-        if (!byEvent.has(eventId))
-          byEvent.set(eventId, {
-            notification: n.id,
-            at: Date.parse(n.occurred_at),
-            type: typeof n.payload?.event_type === 'string' ? n.payload.event_type : 'unknown',
-          });
+    let skipped = 0;
+    for (const n of Array.isArray(page.data) ? (page.data as (Notification | null)[]) : []) {
+      const eventId = n?.payload?.event_id;
+      const occurred = typeof n?.occurred_at === 'string' ? Date.parse(n.occurred_at) : Number.NaN;
+      if (n === null || typeof n !== 'object' || typeof n.id !== 'string' || typeof eventId !== 'string' || Number.isNaN(occurred)) {
+        skipped += 1;
+        continue;
       }
-      const next = page.meta?.pagination?.next;
-      if (page.meta?.pagination?.has_more !== true || typeof next !== 'string') break;
-      url = api.sameOrigin(next);
+      // Only notifications Paddle created for an event can be replayed (not replays themselves).
+      if (n.origin !== 'event' || byEvent.has(eventId)) continue;
+      byEvent.set(eventId, { notification: n.id, at: occurred, type: typeof n.payload?.event_type === 'string' ? n.payload.event_type : 'unknown' });
     }
     const items: ListedItem[] = [];
     for (const [eventId, n] of byEvent) {
@@ -78,6 +76,7 @@ export const paddleCatchUp: CatchUpSender = {
         },
       });
     }
-    return items;
+    const next = page.meta?.pagination?.next;
+    return { items, next: page.meta?.pagination?.has_more === true && typeof next === 'string' ? next : undefined, skipped };
   },
 };

@@ -12,7 +12,6 @@ export interface CatchUpScheduleOptions {
   /** Every run's result (metrics). */
   onResult?: (r: CatchUpResult) => void;
   now?: () => number;
-  fetch?: typeof fetch;
 }
 
 export interface CatchUpSchedule {
@@ -26,7 +25,7 @@ export interface CatchUpSchedule {
  * never overlap; a failed run is logged and counted, and the next one tries again. Nothing
  * here is awaited by ingest: the runs use the store as any other client does.
  */
-export function startCatchUp({ config, store, logger, onStored, onResult, now = Date.now, fetch }: CatchUpScheduleOptions): CatchUpSchedule {
+export function startCatchUp({ config, store, logger, onStored, onResult, now = Date.now }: CatchUpScheduleOptions): CatchUpSchedule {
   const abort = new AbortController();
   const timers = new Set<NodeJS.Timeout>();
   const running = new Set<Promise<void>>();
@@ -53,8 +52,11 @@ export function startCatchUp({ config, store, logger, onStored, onResult, now = 
         routes: config.routes,
         now: now(),
         signal: abort.signal,
-        ...(fetch === undefined ? {} : { fetch }),
       });
+      if (r.busy) {
+        logger.info({ source: name }, 'catch-up skipped: another receiver is running it');
+        return;
+      }
       onResult?.(r);
       const line = { ...runSummary(r), durationMs: r.durationMs };
       if (r.error === null) logger.info(line, 'catch-up');
@@ -63,8 +65,9 @@ export function startCatchUp({ config, store, logger, onStored, onResult, now = 
     } catch (e) {
       // The store itself failed (closed, unavailable): the next run tries again.
       if (!stopped) logger.error({ source: name, err: e }, 'catch-up failed');
+    } finally {
+      schedule(name, settings.everyMinutes * 60_000);
     }
-    schedule(name, settings.everyMinutes * 60_000);
   };
 
   for (const name of config.catchUp.keys()) schedule(name, 0);

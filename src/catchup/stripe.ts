@@ -1,4 +1,3 @@
-import { BudgetExhausted } from './api.js';
 import type { CatchUpSender, ListedItem } from './types.js';
 
 /** Stripe's largest page of GET /v1/events. */
@@ -30,39 +29,36 @@ export const stripeCatchUp: CatchUpSender = {
   headers(key) {
     return { authorization: `Bearer ${key}` };
   },
-  async list(ctx) {
-    const { api, from, until } = ctx;
-    const items: ListedItem[] = [];
-    let after: string | undefined;
-    for (;;) {
-      const url = api.url('/v1/events', {
+  async page({ api, from, until }, at) {
+    const url =
+      at ??
+      api.url('/v1/events', {
         limit: PAGE,
         'created[gte]': Math.floor(from / 1000),
         'created[lte]': until === undefined ? undefined : Math.floor(until / 1000),
-        starting_after: after,
       });
-      let page: StripeList;
-      try {
-        page = (await api.get(url)).json as StripeList;
-      } catch (e) {
-        // Out of requests: what was listed (the newest) is recovered now, the older rest next run.
-        if (!(e instanceof BudgetExhausted) || items.length === 0) throw e;
-        ctx.truncated = true;
-        return items;
+    const page = ((await api.get(url)).json ?? {}) as StripeList;
+    const data: unknown[] = Array.isArray(page.data) ? page.data : [];
+    const items: ListedItem[] = [];
+    let skipped = 0;
+    let last: string | undefined;
+    for (const event of data as (Record<string, unknown> | null)[]) {
+      if (event === null || typeof event !== 'object' || typeof event.id !== 'string' || typeof event.created !== 'number') {
+        skipped += 1;
+        continue;
       }
-      const data = Array.isArray(page.data) ? (page.data as Record<string, unknown>[]) : [];
-      for (const event of data) {
-        if (typeof event.id !== 'string' || typeof event.created !== 'number') continue;
-        items.push({
-          deliveryIds: [event.id],
-          at: event.created * 1000,
-          eventType: typeof event.type === 'string' ? event.type : 'unknown',
-          body: Buffer.from(JSON.stringify(event)),
-        });
-      }
-      const last = data[data.length - 1];
-      if (page.has_more !== true || last === undefined || typeof last.id !== 'string') return items;
-      after = last.id;
+      last = event.id;
+      items.push({
+        deliveryIds: [event.id],
+        at: event.created * 1000,
+        eventType: typeof event.type === 'string' ? event.type : 'unknown',
+        body: Buffer.from(JSON.stringify(event)),
+      });
     }
+    if (page.has_more !== true || last === undefined) return { items, next: undefined, skipped };
+    // The next page: the same query, after the last event this one listed.
+    const next = new URL(url);
+    next.searchParams.set('starting_after', last);
+    return { items, next: next.href, skipped };
   },
 };

@@ -19,7 +19,16 @@ export interface CatchUpSettings {
   credential: Secret | undefined;
   apiBase: string;
   everyMinutes: number;
+  /** Requests to the sender's API per run, at most. */
   maxRequests: number;
+  /** Events stored or redeliveries asked per run, at most. */
+  maxEvents: number;
+  /** One request, from connecting to the answer's last byte (ms). */
+  timeoutMs: number;
+  /** A whole run (ms): past it, the run stops where it is and the next one continues. */
+  maxRunMs: number;
+  /** An answer longer than this is refused, unread. */
+  maxResponseBytes: number;
   hook?: string | undefined;
   notificationSettingId?: string | undefined;
 }
@@ -45,11 +54,17 @@ export interface ListContext {
   from: number;
   /** Nothing created after this (ms) is wanted: the older part of an interrupted run. */
   until?: number | undefined;
-  /**
-   * Set by a sender that ran out of requests while listing newest first and returns what it
-   * listed so far (Stripe): the run recovers those, and the next one lists the older rest.
-   */
-  truncated?: boolean;
+}
+
+/** One page of a sender's listing, newest first. */
+export interface ListedPage {
+  items: ListedItem[];
+  /** The next (older) page's URL, on the API's own origin; undefined after the last page. */
+  next: string | undefined;
+  /** Items that were null or malformed: skipped and counted. */
+  skipped: number;
+  /** The page reached before `from`: older pages are not wanted. */
+  reachedFrom?: boolean;
 }
 
 export interface CatchUpSender {
@@ -66,6 +81,10 @@ export interface CatchUpSender {
   /** Problems with the other catchUp fields (hook, notificationSettingId), as `field: message`. */
   validate(settings: { hook?: string | undefined; notificationSettingId?: string | undefined }): string[];
   headers(credential: string): Record<string, string>;
-  /** Newest first, as the senders' APIs list them. */
-  list(ctx: ListContext): Promise<ListedItem[]>;
+  /**
+   * One page of the listing, newest first as the senders' APIs list them: the first page
+   * when `url` is undefined, else the page at `url` (a `next` this sender gave, maybe in
+   * an earlier run: the cursor a run cut short continues from).
+   */
+  page(ctx: ListContext, url: URL | undefined): Promise<ListedPage>;
 }

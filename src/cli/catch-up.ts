@@ -92,7 +92,7 @@ function progressLine(stderr: CliIo['stderr']) {
     const what =
       p.phase === 'listing'
         ? 'listing'
-        : `${p.listed} listed, ${p.alreadyStored} already stored, ${p.storedNow} stored, ${p.redeliveryAsked} asked, ${p.failed} failed`;
+        : `${p.listed} listed, ${p.alreadyStored} already stored, ${p.storedNow} stored, ${p.redeliveryAsked} asked, ${p.failed} failed, ${p.skipped} skipped`;
     stderr.write(`\r\x1b[K${p.source}: ${what}`);
   };
 }
@@ -102,6 +102,7 @@ const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOStrin
 function jsonOf(r: CatchUpResult) {
   return {
     ...runSummary(r),
+    ...(r.busy ? { busy: true } : {}),
     resumeAt: iso(r.resumeAt),
     error: r.error,
     ...(r.hint === null ? {} : { hint: r.hint }),
@@ -111,11 +112,17 @@ function jsonOf(r: CatchUpResult) {
 function describe(results: CatchUpResult[], dryRun: boolean): string {
   const out: string[] = [];
   for (const r of results) {
+    if (r.busy) {
+      out.push(`${r.source} (${r.provider}): another receiver is running its catch-up; nothing done here`);
+      continue;
+    }
     const recovered =
       r.mode === 'store'
         ? `${dryRun ? 'would store' : 'stored now'} ${r.storedNow}`
         : `${dryRun ? 'would ask redelivery of' : 'redelivery asked'} ${r.redeliveryAsked}`;
-    out.push(`${r.source} (${r.provider}, from ${iso(r.from)}): listed ${r.listed}, already stored ${r.alreadyStored}, ${recovered}, failed ${r.failed}`);
+    out.push(
+      `${r.source} (${r.provider}, from ${iso(r.from)}): listed ${r.listed}, already stored ${r.alreadyStored}, ${recovered}, failed ${r.failed}${r.skipped > 0 ? `, skipped ${r.skipped} (null or malformed)` : ''}`,
+    );
     if (r.error !== null) {
       out.push(`  error: ${printable(r.error)}`);
       if (r.hint !== null) out.push(`  try: ${r.hint}`);

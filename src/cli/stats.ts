@@ -59,7 +59,7 @@ function describe(j: ReturnType<typeof statsJson>): string {
     const counts =
       n === null
         ? ''
-        : ` (listed ${n.listed}, already stored ${n.alreadyStored}, stored ${n.storedNow}, redelivery asked ${n.redeliveryAsked}, failed ${n.failed})`;
+        : ` (listed ${n.listed}, already stored ${n.alreadyStored}, stored ${n.storedNow}, redelivery asked ${n.redeliveryAsked}, failed ${n.failed}, skipped ${n.skipped})`;
     const every = c.everyMinutes === null ? 'not configured any more' : `every ${c.everyMinutes} min`;
     const older = c.olderPartUntil === null ? '' : `, the older part up to ${c.olderPartUntil} first`;
     out.push(`  ${c.source}: ${every}, ${last}${counts}, resumes from ${c.resumeAt ?? c.firstConfiguredAt ?? 'now'}${older}`);

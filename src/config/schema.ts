@@ -55,6 +55,14 @@ const sourceSchema = z.strictObject({
       everyMinutes: z.number().positive().default(15),
       /** Requests to the sender's API per run, at most. */
       maxRequests: z.number().int().positive().default(100),
+      /** Events stored (Stripe) or redeliveries asked (the others) per run, at most. */
+      maxEvents: z.number().int().positive().default(1000),
+      /** One request to the API, from connecting to the answer's last byte. */
+      timeoutSeconds: z.number().positive().default(30),
+      /** A whole run; past it the run stops and the next one continues where it stopped. */
+      maxRunSeconds: z.number().positive().default(600),
+      /** An answer from the API longer than this is refused, unread. */
+      maxResponseBytes: z.number().int().positive().default(8_388_608),
     })
     .optional(),
 });
@@ -69,6 +77,8 @@ const effectSchema = z
         headers: z.record(z.string(), z.string()).optional(),
         /** Sign each forward (Standard Webhooks) with this `whsec_<base64>` secret: a literal, env:NAME or file:PATH. */
         sign: secretRef.optional(),
+        /** The app's answer is read up to this many bytes (only its tail is kept), then left. */
+        maxResponseBytes: z.number().int().positive().default(1_048_576),
       })
       .optional(),
     module: z.string().min(1).optional(),
@@ -93,8 +103,16 @@ const routeSchema = z.strictObject({
   effect: effectSchema,
 });
 
+/** A user name as useradd takes it. */
+export const USER_NAME = /^[A-Za-z_][A-Za-z0-9_.-]*\$?$/;
+
 export const configSchema = z.strictObject({
   database: z.string().min(1).default('./data/receiver.db'),
+  /**
+   * The service's user: a receiver process started as root reads its configuration and
+   * secrets, then becomes this user (src/config/service-user.ts).
+   */
+  user: z.string().regex(USER_NAME, 'a user name: letters, digits, "_", "-" and "."').optional(),
   host: z.string().min(1).default('127.0.0.1'),
   port: z.number().int().min(0).max(65535).default(8080),
   maxBodyBytes: z.number().int().positive().default(1_048_576),

@@ -355,6 +355,7 @@ async function runExternal(
       runKey,
       attempt: event.attempt,
       timeoutMs,
+      maxResponseBytes: effect.http.maxResponseBytes,
       now: ctx.now(),
       signal,
     });

@@ -1,6 +1,15 @@
 import { createHash, createHmac } from 'node:crypto';
 import { Secret } from '../config/secret.js';
+import { outbound, OutboundError, type OutboundResponse } from '../outbound.js';
 import { OutputTail, type EffectEvent, type EffectResult } from './types.js';
+
+/** effect.http.maxResponseBytes by default: an app's answer is read up to this, then left. */
+export const DEFAULT_HTTP_MAX_RESPONSE_BYTES = 1_048_576;
+
+/** What an attempt keeps of the app's answer: its last bytes. */
+const OUTPUT_TAIL_BYTES = 4096;
+
+const headerValue = (v: string | string[] | undefined): string | null => (v === undefined ? null : Array.isArray(v) ? (v[0] ?? null) : v);
 
 export interface HttpRequest {
   url: string;
@@ -13,7 +22,10 @@ export interface HttpRequest {
   /** What this run is sent as (the effect key, or `<effect key>#forced-<n>`); default the effect key. */
   runKey?: string | undefined;
   attempt: number;
+  /** The whole request, connection to the answer's last byte. */
   timeoutMs: number;
+  /** The answer is read up to this many bytes (default DEFAULT_HTTP_MAX_RESPONSE_BYTES). */
+  maxResponseBytes?: number | undefined;
   now: number;
   signal?: AbortSignal | undefined;
 }
@@ -127,7 +139,9 @@ export function isRetryableStatus(status: number): boolean {
 /**
  * POSTs the raw body to the app. 2xx is success; 408, 429, 5xx and network errors are
  * retryable (with Retry-After); every other status is permanent. Redirects are not
- * followed: a POST must not silently turn into a GET elsewhere.
+ * followed: a POST must not silently turn into a GET elsewhere. The whole exchange, the
+ * answer's body included, is bounded by timeoutMs; an answer still arriving then is a
+ * timeout (retried under the same Idempotency-Key).
  */
 export async function runHttp(req: HttpRequest): Promise<EffectResult> {
   const runId = idempotencyKey(req.runKey ?? req.effectKey);
@@ -143,7 +157,7 @@ export async function runHttp(req: HttpRequest): Promise<EffectResult> {
     ...(req.signWith === undefined ? {} : signatureHeaders(req.signWith, runId, req.now, req.event.body)),
   };
   const where = describeUrl(req.url);
-  // fetch refuses credentials in a URL: send them as Basic auth, as curl would.
+  // Credentials in the URL are sent as Basic auth, as curl would, and never quoted.
   let target = req.url;
   try {
     const u = new URL(req.url);
@@ -156,29 +170,37 @@ export async function runHttp(req: HttpRequest): Promise<EffectResult> {
   } catch {
     return { ok: false, retryable: false, error: `${where} is not a valid URL` };
   }
-  const signals = [AbortSignal.timeout(req.timeoutMs), ...(req.signal === undefined ? [] : [req.signal])];
-  let res: Response;
+  let res: OutboundResponse;
   try {
-    res = await fetch(target, { method: 'POST', headers, body: new Uint8Array(req.event.body), redirect: 'manual', signal: AbortSignal.any(signals) });
+    res = await outbound({
+      method: 'POST',
+      url: new URL(target),
+      headers,
+      body: req.event.body,
+      timeoutMs: req.timeoutMs,
+      maxResponseBytes: req.maxResponseBytes ?? DEFAULT_HTTP_MAX_RESPONSE_BYTES,
+      // The status is what counts: the answer is read up to the bound, and only its tail is kept.
+      tooLarge: 'cut',
+      keepTail: OUTPUT_TAIL_BYTES,
+      signal: req.signal,
+    });
   } catch (e) {
-    const err = e as Error & { cause?: { code?: string; message?: string } };
-    if (err.name === 'TimeoutError') return { ok: false, retryable: true, error: `POST ${where} timed out after ${req.timeoutMs / 1000}s`, timedOut: true };
-    if (err.name === 'AbortError') return { ok: false, retryable: true, error: `POST ${where} aborted: the receiver is shutting down` };
-    // Never a message that quotes the URL (query and all).
-    const why = err.cause?.code ?? err.cause?.message ?? err.message;
-    return { ok: false, retryable: true, error: `POST ${where} failed: ${why.includes('://') ? err.name : why}` };
+    if (!(e instanceof OutboundError)) throw e;
+    if (e.failure === 'timeout') return { ok: false, retryable: true, error: e.message, timedOut: true };
+    return { ok: false, retryable: true, error: e.message };
   }
-  const tail = new OutputTail();
-  try {
-    const text = Buffer.from(await res.arrayBuffer());
-    tail.push(text);
-  } catch {
-    // The status is what counts; a body cut short only loses the output tail.
-  }
+  const tail = new OutputTail(OUTPUT_TAIL_BYTES);
+  tail.push(res.body);
+  if (res.cut)
+    tail.push(
+      Buffer.from(
+        `\n[the answer is longer than ${req.maxResponseBytes ?? DEFAULT_HTTP_MAX_RESPONSE_BYTES} bytes (effect.http.maxResponseBytes): not read further]`,
+      ),
+    );
   const output = tail.toString();
   if (res.status >= 200 && res.status < 300) return { ok: true, output };
   const error = `POST ${where} answered ${res.status}`;
   if (isRetryableStatus(res.status))
-    return { ok: false, retryable: true, error, output, retryAfterMs: parseRetryAfter(res.headers.get('retry-after'), req.now) };
+    return { ok: false, retryable: true, error, output, retryAfterMs: parseRetryAfter(headerValue(res.headers['retry-after']), req.now) };
   return { ok: false, retryable: false, error: `${error} (permanent: not retried)`, output };
 }

@@ -79,17 +79,19 @@ export interface CatchUpObservation {
   storedNow: number;
   redeliveryAsked: number;
   failed: number;
+  skipped: number;
   requests: number;
   error: string | null;
 }
 
 /** The CatchUpObservation field each receiver_catch_up_events_total outcome counts. */
-const CATCH_UP_FIELD: Record<CatchUpOutcomeName, 'listed' | 'alreadyStored' | 'storedNow' | 'redeliveryAsked' | 'failed'> = {
+const CATCH_UP_FIELD: Record<CatchUpOutcomeName, 'listed' | 'alreadyStored' | 'storedNow' | 'redeliveryAsked' | 'failed' | 'skipped'> = {
   listed: 'listed',
   already_stored: 'alreadyStored',
   stored: 'storedNow',
   redelivery_asked: 'redeliveryAsked',
   failed: 'failed',
+  skipped: 'skipped',
 };
 
 export class ReceiverMetrics {
@@ -151,7 +153,7 @@ export class ReceiverMetrics {
     });
     this.#catchUpEvents = new Counter({
       name: 'receiver_catch_up_events_total',
-      help: 'Events seen by catch-up runs, by source and outcome (listed, already_stored, stored, redelivery_asked, failed)',
+      help: 'Events seen by catch-up runs, by source and outcome (listed, already_stored, stored, redelivery_asked, failed, skipped: null or malformed items)',
       labelNames: ['source', 'outcome'],
       registers,
     });

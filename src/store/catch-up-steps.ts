@@ -103,7 +103,8 @@ export function* storeFetched(d: Dialect, e: FetchedEvent): Steps<StoreFetchedRe
   return { stored: true, eventId: inserted.id };
 }
 
-export function catchUpOn(d: Dialect, run: StepRunner): CatchUpStore {
+/** Every operation but the lock, which each backend takes its own way. */
+export function catchUpOn(d: Dialect, run: StepRunner): Omit<CatchUpStore, 'lockCatchUp'> {
   return {
     storeFetched: (event) => run.write('catch-up', () => storeFetched(d, event)),
     storedDeliveryIds: (source, deliveryIds) => run.alone('catch-up', storedDeliveryIds(d, source, deliveryIds)),

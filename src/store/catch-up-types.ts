@@ -38,16 +38,27 @@ export interface CatchUpCounts {
   storedNow: number;
   redeliveryAsked: number;
   failed: number;
+  /** Listed items that were null or malformed: skipped, never failing the run. */
+  skipped: number;
 }
 
 /**
- * A run that stopped at its request budget while listing newest first left the older part
- * undone: the next run lists only up to `until` (ms), and once that part is done the
+ * A listing a run left unfinished (cut by a bound, or stopped by an error past its first
+ * page): the next run continues it from `cursor` (the URL of the page where it stopped;
+ * null: the first page), listing from `from` up to `until` (ms); once it is done, the
  * resume point jumps to `end`, where the interrupted run would have put it.
  */
 export interface CatchUpPartial {
+  cursor?: string | null;
+  /** Absent: the resume point. */
+  from?: number;
   until: number;
   end: number;
+}
+
+/** Held while a run goes on; one receiver holds a source's at a time. */
+export interface CatchUpLock {
+  release(): Promise<void>;
 }
 
 export interface CatchUpState {
@@ -89,6 +100,11 @@ export interface CatchUpStore {
   /** The state, created with configuredAt = now when it does not exist yet. */
   beginCatchUp(source: string, now: number): Promise<CatchUpState>;
   recordCatchUp(source: string, run: CatchUpRunRecord): Promise<void>;
+  /**
+   * Takes the source's catch-up for this receiver, or undefined when another holds it
+   * (PostgreSQL: a session advisory lock; SQLite: always granted).
+   */
+  lockCatchUp(source: string): Promise<CatchUpLock | undefined>;
 }
 
 /**
@@ -126,6 +142,6 @@ export function toCatchUpState(r: CatchUpStateRow): CatchUpState {
     lastRunAt: num(r.last_run_at),
     lastOkAt: num(r.last_ok_at),
     lastError: r.last_error,
-    lastCounts: r.last_counts === null ? null : (JSON.parse(r.last_counts) as CatchUpCounts),
+    lastCounts: r.last_counts === null ? null : ({ skipped: 0, ...(JSON.parse(r.last_counts) as Partial<CatchUpCounts>) } as CatchUpCounts),
   };
 }

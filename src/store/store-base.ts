@@ -143,4 +143,7 @@ export abstract class StoreBase implements Omit<DrainStore, 'claimsAreLocal'>, S
   recordCatchUp(source: string, run: CatchUpRunRecord) {
     return this.catchUp.recordCatchUp(source, run);
   }
+  lockCatchUp(source: string) {
+    return this.catchUp.lockCatchUp(source);
+  }
 }

@@ -31,6 +31,10 @@ export class FakeApi {
   /** Answered instead, in order, by the next requests (after `faultAfter` more requests). */
   readonly faults: Fault[] = [];
   faultAfter = 0;
+  /** Pages no longer than this, whatever was asked (the APIs may give shorter pages). */
+  pageSize = Number.POSITIVE_INFINITY;
+  /** Every answer waits this long (a slow API). */
+  delayMs = 0;
   /** Where webhooks go (the receiver's URL for this source); undefined: the receiver is down. */
   target: string | undefined;
   #server: Server | undefined;
@@ -64,6 +68,7 @@ export class FakeApi {
     const url = new URL(req.url ?? '/', this.base);
     let body = '';
     for await (const chunk of req) body += String(chunk);
+    if (this.delayMs > 0) await new Promise((r) => setTimeout(r, this.delayMs));
     this.requests.push({
       method: req.method ?? '',
       path: url.pathname,
@@ -207,7 +212,7 @@ export class FakeGithub extends FakeApi {
   constructor() {
     super((req) => req.headers.authorization === `Bearer ${GITHUB_TOKEN}`);
     this.route('GET', /^\/repos\/shop\/site\/hooks\/42\/deliveries$/, (_req, url) => {
-      const per = Math.min(100, Number(url.searchParams.get('per_page') ?? 30));
+      const per = Math.min(100, this.pageSize, Number(url.searchParams.get('per_page') ?? 30));
       const cursor = url.searchParams.get('cursor');
       const list = [...this.deliveries].reverse();
       const start = cursor === null ? 0 : list.findIndex((d) => String(d.id) === cursor);
@@ -289,7 +294,7 @@ export class FakePaddle extends FakeApi {
   constructor() {
     super((req) => req.headers.authorization === `Bearer ${PADDLE_KEY}`);
     this.route('GET', /^\/notifications$/, (_req, url) => {
-      const per = Math.min(200, Number(url.searchParams.get('per_page') ?? 50));
+      const per = Math.min(200, this.pageSize, Number(url.searchParams.get('per_page') ?? 50));
       const statuses = url.searchParams.get('status')?.split(',');
       const setting = url.searchParams.get('notification_setting_id');
       const from = url.searchParams.get('from');
@@ -406,7 +411,7 @@ export class FakeGitlab extends FakeApi {
   constructor() {
     super((req) => req.headers['private-token'] === GITLAB_TOKEN);
     this.route('GET', /^\/api\/v4\/projects\/7\/hooks\/3\/events$/, (_req, url) => {
-      const per = Math.min(100, Number(url.searchParams.get('per_page') ?? 20));
+      const per = Math.min(100, this.pageSize, Number(url.searchParams.get('per_page') ?? 20));
       const pageNo = Number(url.searchParams.get('page') ?? 1);
       const list = [...this.events].reverse();
       const page = list.slice((pageNo - 1) * per, pageNo * per);

@@ -133,7 +133,7 @@ describe('catch-up: stripe (events stored from the API)', () => {
     expect(state).toMatchObject({ lastError: r.error, lastOkAt: null, resumeAt: null });
   });
 
-  it('stops at catchUp.maxRequests, recovers the newest it listed, and lists only the older rest next time', async () => {
+  it('stops at catchUp.maxRequests having stored each page as it was listed; the next run continues from the page where it stopped', async () => {
     await setup({ maxRequests: 2 });
     const base = Math.floor(Date.now() / 1000) - 1000;
     await run({ now: (base - 10) * 1000 });
@@ -141,17 +141,26 @@ describe('catch-up: stripe (events stored from the API)', () => {
     stripe.target = undefined;
     for (let i = 0; i < 250; i++) await stripe.create('checkout.session.completed', base + i);
 
-    const first = await run();
+    const firstNow = Date.now();
+    const first = await run({ now: firstNow });
     expect(first.error).toBe('sources.shop.catchUp: stopped after 2 requests (catchUp.maxRequests); the next run continues where this one stopped');
     expect(first).toMatchObject({ listed: 200, storedNow: 200 });
     expect(stripe.requests.length).toBe(3);
     const state = await app.store.catchUpState('shop');
     expect(state?.resumeAt).toBe(before?.resumeAt);
-    expect(state?.partial).toEqual({ until: (base + 50) * 1000, end: expect.any(Number) });
+    // The third page: after the oldest event the second listed.
+    const third = new URL(state!.partial!.cursor!);
+    expect(third.searchParams.get('starting_after')).toBe(stripe.events[50]!.id);
+    expect(state?.partial).toEqual({
+      cursor: third.href,
+      from: Math.max(before!.resumeAt ?? 0, before!.configuredAt),
+      until: firstNow,
+      end: expect.any(Number),
+    });
 
     const rest = await run();
-    expect(rest).toMatchObject({ error: null, listed: 51, alreadyStored: 1, storedNow: 50 });
-    expect(new URLSearchParams(stripe.requests.at(-1)!.query).get('created[lte]')).toBe(String(base + 50));
+    expect(rest).toMatchObject({ error: null, listed: 50, alreadyStored: 0, storedNow: 50, requests: 1 });
+    expect(new URLSearchParams(stripe.requests.at(-1)!.query).get('starting_after')).toBe(stripe.events[50]!.id);
     const after = await app.store.catchUpState('shop');
     expect(after).toMatchObject({ partial: null, resumeAt: state!.partial!.end });
 

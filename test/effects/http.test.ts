@@ -108,6 +108,48 @@ describe('http effect', () => {
     }
   });
 
+  it('an answer that drips its body is a timeout: the bound covers the body, not only the status line', async () => {
+    let dripping: NodeJS.Timeout | undefined;
+    answer = (res) => {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      dripping = setInterval(() => res.write('.'), 20);
+      res.on('close', () => clearInterval(dripping));
+    };
+    const started = performance.now();
+    const r = await req({ timeoutMs: 300 });
+    clearInterval(dripping);
+    expect(r).toMatchObject({ ok: false, retryable: true, timedOut: true });
+    expect((r as { error: string }).error).toBe(`POST ${url} timed out after 0.3s`);
+    expect(performance.now() - started).toBeLessThan(1500);
+  });
+
+  it('a huge answer is read only up to maxResponseBytes; the attempt keeps its tail and says it was cut', async () => {
+    let written = 0;
+    let closed!: Promise<void>;
+    answer = (res) => {
+      closed = new Promise((resolve) => res.on('close', () => resolve()));
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      const chunk = Buffer.alloc(64 * 1024, 'x');
+      // 600 MB offered, written as fast as the client reads.
+      const more = () => {
+        while (written < 600 * 1024 * 1024 && !res.destroyed) {
+          written += chunk.length;
+          if (!res.write(chunk)) return void res.once('drain', more);
+        }
+        res.end();
+      };
+      more();
+    };
+    const r = await req({ maxResponseBytes: 256 * 1024 });
+    await closed;
+    expect(r.ok).toBe(true);
+    const output = (r as { output: string }).output;
+    expect(output.length).toBeLessThanOrEqual(4096);
+    expect(output).toMatch(/x\n\[the answer is longer than 262144 bytes \(effect.http.maxResponseBytes\): not read further\]$/);
+    // The connection was left once the bound was read: the rest was never sent.
+    expect(written).toBeLessThan(32 * 1024 * 1024);
+  });
+
   it('signed (sign): webhook-id, webhook-timestamp and webhook-signature over the exact bytes, verified by the standardwebhooks library', async () => {
     const secret = `whsec_${randomBytes(32).toString('base64')}`;
     answer = (res) => res.writeHead(200).end();

@@ -19,6 +19,8 @@ import { createTestDatabase, postgresAvailable, type TestDatabase } from '../pos
 interface Capabilities {
   /** Parameter n (1-based) in the engine's SQL dialect, for a module effect's queries. */
   placeholder: (n: number) => string;
+  /** Several receivers share the database: one holds a source's catch-up at a time. */
+  catchUpLockShared: boolean;
 }
 
 interface Opened {
@@ -47,7 +49,7 @@ function sqliteBackend(): Backend {
   let n = 0;
   return {
     name: 'sqlite',
-    capabilities: { placeholder: () => '?' },
+    capabilities: { placeholder: () => '?', catchUpLockShared: false },
     async setup() {
       tmp = tempDir('receiver-contract-');
     },
@@ -84,7 +86,7 @@ function postgresBackend(): Backend {
   let db: TestDatabase | undefined;
   return {
     name: 'postgres',
-    capabilities: { placeholder: (n) => `$${n}` },
+    capabilities: { placeholder: (n) => `$${n}`, catchUpLockShared: true },
     async setup() {
       db = await createTestDatabase();
     },
@@ -1391,7 +1393,7 @@ describe.each(backends)('$name store contract', (backend) => {
         lastCounts: null,
       });
       expect((await store.beginCatchUp('shop', T0 + DAY)).configuredAt).toBe(T0);
-      const counts = { listed: 3, alreadyStored: 1, storedNow: 2, redeliveryAsked: 0, failed: 0 };
+      const counts = { listed: 3, alreadyStored: 1, storedNow: 2, redeliveryAsked: 0, failed: 0, skipped: 0 };
       await store.recordCatchUp('shop', { at: T0 + SEC, resumeAt: T0 + 500, error: null, counts });
       await store.recordCatchUp('shop', { at: T0 + 2 * SEC, error: 'stripe answered 500', counts: { ...counts, failed: 1 } });
       expect(await store.catchUpState('shop')).toEqual({
@@ -1412,6 +1414,47 @@ describe.each(backends)('$name store contract', (backend) => {
       expect(await store.catchUpState('shop')).toMatchObject({ partial: null, resumeAt: T0 + 400, lastOkAt: T0 + 5 * SEC });
       await store.beginCatchUp('github', T0);
       expect((await store.catchUpStates()).map((s) => s.source)).toEqual(['github', 'shop']);
+    });
+
+    it("a listing left unfinished keeps its cursor (the page's URL) and its span; an old row without one still reads", async () => {
+      await store.beginCatchUp('paged', T0);
+      const partial = { cursor: 'https://api.example/v1/events?limit=100&starting_after=evt_9', from: T0 - DAY, until: T0, end: T0 - 300 };
+      await store.recordCatchUp('paged', {
+        at: T0,
+        error: 'stopped',
+        counts: { listed: 100, alreadyStored: 0, storedNow: 99, redeliveryAsked: 0, failed: 0, skipped: 1 },
+        partial,
+      });
+      expect(await store.catchUpState('paged')).toMatchObject({ partial, lastCounts: { skipped: 1 } });
+      await store.recordCatchUp('paged', {
+        at: T0,
+        error: 'stopped',
+        counts: { listed: 0, alreadyStored: 0, storedNow: 0, redeliveryAsked: 0, failed: 0, skipped: 0 },
+        partial: { ...partial, cursor: null },
+      });
+      expect((await store.catchUpState('paged'))?.partial?.cursor).toBeNull();
+    });
+
+    it("one receiver holds a source's catch-up at a time where receivers share the database; released, another takes it", async () => {
+      const other = await o.another();
+      const lock = await store.lockCatchUp('shop');
+      expect(lock).toBeDefined();
+      const second = await other.lockCatchUp('shop');
+      if (backend.capabilities.catchUpLockShared) {
+        expect(second).toBeUndefined();
+        // Another source is free.
+        const github = await other.lockCatchUp('github');
+        expect(github).toBeDefined();
+        await github!.release();
+        await lock!.release();
+        const now = await other.lockCatchUp('shop');
+        expect(now).toBeDefined();
+        await now!.release();
+      } else {
+        expect(second).toBeDefined();
+        await second!.release();
+        await lock!.release();
+      }
     });
   });
 });

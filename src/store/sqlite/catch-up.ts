@@ -10,5 +10,6 @@ import { dialect } from './steps.js';
  * writer): a busy database is waited for here, asynchronously, up to busyTimeoutMs.
  */
 export function catchUpOn(db: Db, busyTimeoutMs: number): CatchUpStore {
-  return on(dialect, stepRunner(db, busyTimeoutMs));
+  // One receiver runs on a SQLite file: its own schedule never overlaps a source's runs.
+  return { ...on(dialect, stepRunner(db, busyTimeoutMs)), lockCatchUp: () => Promise.resolve({ release: () => Promise.resolve() }) };
 }

@@ -43,6 +43,7 @@ export default defineConfig({
             'test/secrets-leak.test.ts',
             'test/store/postgres-serve.test.ts',
             'test/drain/thread.test.ts',
+            'test/effects/hostile-modules.test.ts',
             'test/catchup/serve.test.ts',
           ],
           globalSetup: ['test/binary/global-setup.ts'],

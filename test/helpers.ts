@@ -266,10 +266,23 @@ export interface ServeProcess {
 }
 
 /** Starts `receiver serve` (or RECEIVER_TEST_BINARY's) as a real child process on port 0 and waits for its "listening" log line. */
-export function startServe(configFile: string, options: { env?: NodeJS.ProcessEnv; args?: string[]; cwd?: string } = {}): Promise<ServeProcess> {
+export function startServe(
+  configFile: string,
+  options: {
+    env?: NodeJS.ProcessEnv;
+    args?: string[];
+    cwd?: string;
+    /** a command that execs serve, e.g. setpriv as another user */
+    wrap?: string[];
+    /** bin/receiver.js elsewhere (receiverForNobody's) */
+    bin?: string;
+  } = {},
+): Promise<ServeProcess> {
   return new Promise((resolve, reject) => {
     const run = receiverCommand(['serve', '-c', configFile, '--port', '0', ...(options.args ?? [])], options);
-    const child = spawn(run.file, run.args, { cwd: run.cwd, env: run.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const runArgs = options.bin === undefined ? run.args : run.args.map((a) => (a === BIN ? options.bin! : a));
+    const [file, ...args] = [...(options.wrap ?? []), run.file, ...runArgs] as [string, ...string[]];
+    const child = spawn(file, args, { cwd: run.cwd, env: run.env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     let started = false;

@@ -1,12 +1,13 @@
 import Database from 'better-sqlite3';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { randomBytes } from 'node:crypto';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { createHmac, randomBytes, randomUUID } from 'node:crypto';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, describe, expect, it } from 'vitest';
 import { providers } from '../src/providers/registry.js';
-import { makeConfig, runCli, startServe, tempDir, writeConfig, type CliResult } from './helpers.js';
+import { makeConfig, receiverForNobodyOrSkip, runCli, startServe, tempDir, waitFor, writeConfig, type CliResult } from './helpers.js';
 
 /**
  * A full session: `receiver serve` with every kind of secret reference, good and bad
@@ -221,5 +222,226 @@ describe('no secret is ever written: stdout, stderr and the database of a full s
       for (const [name, needle] of needles) if (bytes.includes(Buffer.from(needle))) found.push(`${name} in receiver.db${suffix} bytes`);
     }
     expect(found).toEqual([]);
+  });
+});
+
+/** Whether this process may run serve as `nobody` (root and util-linux setpriv). */
+const AS_ROOT = process.getuid?.() === 0 && spawnSync('setpriv', ['--version']).status === 0;
+if (!AS_ROOT) console.warn('secrets-leak.test.ts: not root or no setpriv: the /proc tests are SKIPPED');
+const NOBODY = 65534;
+
+/**
+ * What an exec effect finds when it looks for serve's secrets: its own environment, serve's
+ * /proc/<pid>/environ, and every readable region of serve's memory (/proc/<pid>/maps and
+ * /proc/<pid>/mem). It is given what to look for in a file of its own, never through serve.
+ */
+const PROBE = `
+import { closeSync, openSync, readFileSync, readSync, renameSync, writeFileSync } from 'node:fs';
+const [out, needlesFile] = process.argv.slice(2);
+const needles = Object.entries(JSON.parse(readFileSync(needlesFile, 'utf8')));
+const found = (buf) => needles.filter(([, v]) => buf.includes(Buffer.from(v))).map(([k]) => k);
+const pid = process.ppid;
+const report = { pid, ownEnv: found(Buffer.from(JSON.stringify(process.env))) };
+try { report.environ = found(readFileSync('/proc/' + pid + '/environ')); } catch (e) { report.environ = e.code; }
+try {
+  const maps = readFileSync('/proc/' + pid + '/maps', 'utf8');
+  const fd = openSync('/proc/' + pid + '/mem', 'r');
+  const hits = new Set();
+  let bytes = 0;
+  for (const line of maps.split('\\n')) {
+    // Writable memory: the heaps, the stack (with the environment), the data of libraries.
+    const m = /^([0-9a-f]+)-([0-9a-f]+) rw/.exec(line);
+    if (m === null) continue;
+    const start = parseInt(m[1], 16), length = parseInt(m[2], 16) - start;
+    if (length > 256 * 1024 * 1024) continue;
+    const buf = Buffer.allocUnsafe(length);
+    try { bytes += readSync(fd, buf, 0, length, start); } catch { continue; }
+    for (const k of found(buf)) hits.add(k);
+  }
+  closeSync(fd);
+  report.mem = { bytes, found: [...hits] };
+} catch (e) { report.mem = e.code; }
+writeFileSync(out + '.part', JSON.stringify(report));
+renameSync(out + '.part', out);
+`;
+
+interface ProbeReport {
+  pid: number;
+  ownEnv: string[];
+  environ: string[] | string;
+  mem: { bytes: number; found: string[] } | string;
+}
+
+describe.runIf(AS_ROOT)("an effect cannot read serve's secrets through /proc", () => {
+  const tmp = tempDir();
+  chmodSync(tmp.dir, 0o755);
+  afterAll(tmp.cleanup);
+
+  /**
+   * serve with secrets of every kind (env:, a root-only file:, the admin and metrics
+   * tokens, an http effect's credential and signing secret, a variable nothing names),
+   * one delivery, and two exec effects that look for them: the probe above, and
+   * `cat /proc/$PPID/environ; env` whose output the attempt keeps.
+   */
+  async function session(name: string, how: { args?: string[]; user?: string; wrap?: string[] }, ctx: { skip: (note: string) => never }) {
+    // serve runs as nobody after its start: its code must be where nobody can read it.
+    const bin = receiverForNobodyOrSkip(ctx);
+    const dir = `${tmp.dir}/${name}`;
+    mkdirSync(`${dir}/state`, { recursive: true });
+    chmodSync(dir, 0o755);
+    chownSync(`${dir}/state`, NOBODY, NOBODY);
+    const secrets = {
+      github: unique('gh'),
+      file: unique('file'),
+      admin: unique('admin-token-0123456789abcdef0123456789'),
+      metrics: unique('metrics'),
+      appToken: unique('app-token'),
+      forward: `whsec_${randomBytes(32).toString('base64')}`,
+      unrelated: unique('unrelated'),
+    };
+    const env = {
+      PROC_GH_SECRET: secrets.github,
+      PROC_ADMIN_TOKEN: secrets.admin,
+      PROC_METRICS_TOKEN: secrets.metrics,
+      PROC_APP_TOKEN: secrets.appToken,
+      PROC_FORWARD_SECRET: secrets.forward,
+      PROC_UNRELATED: secrets.unrelated,
+    };
+    writeFileSync(`${dir}/file.secret`, `${secrets.file}\n`, { mode: 0o600 });
+    // Root's alone when serve starts as root; serve started as nobody must read it itself.
+    if (how.wrap !== undefined) chownSync(`${dir}/file.secret`, NOBODY, NOBODY);
+    writeFileSync(`${dir}/probe.mjs`, PROBE, { mode: 0o644 });
+    writeFileSync(`${dir}/needles.json`, JSON.stringify(secrets), { mode: 0o644 });
+    const json = {
+      ...(how.user === undefined ? {} : { user: how.user }),
+      database: `${dir}/state/receiver.db`,
+      sources: {
+        gh: { provider: 'github', secret: 'env:PROC_GH_SECRET' },
+        shop: { provider: 'hmac-sha256', header: 'X-Signature', secret: `file:${dir}/file.secret`, deliveryId: '{body.id}' },
+      },
+      routes: [
+        {
+          name: 'probe',
+          source: 'gh',
+          key: '{id}',
+          effect: { exec: [process.execPath, `${dir}/probe.mjs`, `${dir}/state/probe.json`, `${dir}/needles.json`], timeoutSeconds: 120 },
+        },
+        { name: 'cat', source: 'gh', key: '{id}', effect: { exec: ['/bin/sh', '-c', 'cat /proc/$PPID/environ; echo; env; exit 3'] } },
+        {
+          name: 'app',
+          source: 'gh',
+          key: '{id}',
+          effect: { http: { url: 'http://127.0.0.1:9/', headers: { Authorization: 'env:PROC_APP_TOKEN' }, sign: 'env:PROC_FORWARD_SECRET' } },
+        },
+      ],
+      retry: { maxAttempts: 1, baseSeconds: 0.01, maxSeconds: 0.01 },
+      metrics: { token: 'env:PROC_METRICS_TOKEN' },
+      admin: { token: 'env:PROC_ADMIN_TOKEN' },
+    };
+    const file = writeConfig(dir, json);
+    chmodSync(file, 0o644);
+    const serve = await startServe(file, { env, bin, args: how.args ?? [], ...(how.wrap === undefined ? {} : { wrap: how.wrap }) });
+    try {
+      const body = '{"zen":"probe","hook_id":1}';
+      const sign = (payload: string) => `sha256=${createHmac('sha256', secrets.github).update(payload).digest('hex')}`;
+      const res = await fetch(`${serve.url}/webhooks/gh`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-github-event': 'ping', 'x-github-delivery': randomUUID(), 'x-hub-signature-256': sign(body) },
+        body,
+      });
+      expect(res.status).toBe(202);
+      const report = await waitFor(
+        () => (existsSync(`${dir}/state/probe.json`) ? (JSON.parse(readFileSync(`${dir}/state/probe.json`, 'utf8')) as ProbeReport) : undefined),
+        'the probe',
+        30_000,
+      );
+      // Every effect ran (the cat route fails on purpose: its output is kept).
+      const db = new Database(`${dir}/state/receiver.db`, { readonly: true });
+      await waitFor(() => ((db.prepare(`SELECT count(*) FROM attempts`).pluck().get() as number) >= 3 ? true : undefined), 'three attempts', 30_000);
+      const catOutput = db.prepare(`SELECT output FROM attempts WHERE route = 'cat'`).pluck().get() as string;
+      db.close();
+      // The rest of serve works as that user: metrics (with its process metrics from /proc/self), the admin API.
+      const metrics = await fetch(`${serve.url}/metrics`, { headers: { authorization: `Bearer ${secrets.metrics}` } });
+      expect(metrics.status).toBe(200);
+      const text = await metrics.text();
+      expect(Number(/^process_open_fds (\d+)/m.exec(text)?.[1])).toBeGreaterThan(3);
+      expect(Number(/^process_resident_memory_bytes (\d+)/m.exec(text)?.[1])).toBeGreaterThan(1e6);
+      const stats = await fetch(`${serve.url}/admin/api/stats`, { headers: { authorization: `Bearer ${secrets.admin}` } });
+      expect(stats.status).toBe(200);
+      const status = readFileSync(`/proc/${serve.child.pid}/status`, 'utf8');
+      const owners = ['', '-wal', '-shm'].map((suffix) => statSync(`${dir}/state/receiver.db${suffix}`).uid);
+      return { report, catOutput, secrets, uid: Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]), owners, serve };
+    } finally {
+      expect(await serve.stop()).toBe(0);
+    }
+  }
+
+  const found = (text: string, secrets: Record<string, string>) =>
+    Object.entries(secrets)
+      .filter(([, v]) => text.includes(v))
+      .map(([k]) => k);
+
+  it(
+    'serve --user: started as root, it runs as that user; its effects find no secret in their environment, its environ or its memory',
+    { timeout: 90_000 },
+    async (ctx) => {
+      const { report, catOutput, secrets, uid, owners, serve } = await session('dropped', { args: ['--user', 'nobody'] }, ctx);
+      expect(uid).toBe(NOBODY);
+      expect(report.pid).toBe(serve.child.pid);
+      expect(report.ownEnv).toEqual([]);
+      expect(report.environ).toBe('EACCES');
+      expect(report.mem).toBe('EACCES');
+      expect(found(catOutput, secrets)).toEqual([]);
+      expect(catOutput).toMatch(/Permission denied/);
+      // Nothing to warn about; the database's files belong to the service's user.
+      expect(serve.output().stderr).not.toMatch(/"level":"warn"[^\n]*\/proc/);
+      expect(owners).toEqual([NOBODY, NOBODY, NOBODY]);
+    },
+  );
+
+  it('serve started as root without a user says its effects run as root and can read every secret', async () => {
+    const dir = `${tmp.dir}/root`;
+    mkdirSync(dir);
+    const serve = await startServe(
+      writeConfig(dir, {
+        routes: [{ name: 'r', source: 'gh', key: '{id}', effect: { exec: ['/bin/true'] } }],
+        sources: { gh: { provider: 'github', secret: 'x-secret' } },
+      }),
+    );
+    expect(await serve.stop()).toBe(0);
+    const pid = serve.child.pid!;
+    expect(serve.output().stderr).toContain(
+      `"fix":"set \\"user\\" (or serve --user) to the service's user: serve reads its secrets as root, then becomes that user","msg":"serve runs as root: its exec and module effects run as root and can read every secret (/proc/${pid}/environ, /proc/${pid}/mem, the secret files)"`,
+    );
+  });
+
+  it('"user" in the configuration does the same', { timeout: 90_000 }, async (ctx) => {
+    const { report, uid } = await session('configured', { user: 'nobody' }, ctx);
+    expect(uid).toBe(NOBODY);
+    expect(report.environ).toBe('EACCES');
+    expect(report.mem).toBe('EACCES');
+  });
+
+  it('serve started as an ordinary user: it says its effects can read its secrets, and how to close it (and they can)', { timeout: 180_000 }, async (ctx) => {
+    const { report, catOutput, secrets, serve } = await session('as-nobody', { wrap: ['setpriv', '--reuid=nobody', '--regid=nogroup', '--clear-groups'] }, ctx);
+    const warnings = serve
+      .output()
+      .stderr.split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((l) => l.level === 'warn' && String(l.msg).includes('/proc'));
+    const pid = serve.child.pid!;
+    expect(warnings).toEqual([
+      expect.objectContaining({
+        msg: `serve runs as nobody and its exec and module effects run as nobody too: they can read its secrets through /proc/${pid}/environ and /proc/${pid}/mem`,
+        fix: expect.stringContaining('start serve as root with "user": "nobody" (or --user nobody)'),
+      }),
+    ]);
+    // What the warning says is what the effects can do: the environment's secrets, and the
+    // ones serve read from a file or holds only in memory.
+    expect(report.ownEnv).toEqual([]);
+    expect(report.environ).toEqual(expect.arrayContaining(['github', 'admin', 'metrics', 'unrelated']));
+    expect((report.mem as { found: string[] }).found).toEqual(expect.arrayContaining(['github', 'file', 'admin', 'metrics', 'appToken', 'forward']));
+    expect(found(catOutput, secrets)).toEqual(expect.arrayContaining(['github', 'unrelated']));
   });
 });

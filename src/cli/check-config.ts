@@ -3,6 +3,7 @@ import { describeConfig } from '../config/describe.js';
 import { isPostgresUrl } from '../config/database.js';
 import { preflight } from '../config/preflight.js';
 import { exposedSecretFiles } from '../config/secret-files.js';
+import { configuredExposure } from '../config/service-user.js';
 import { plainApiBases } from '../catchup/warnings.js';
 import { configError } from '../errors.js';
 import { processUser } from '../store/sqlite/open.js';
@@ -36,6 +37,8 @@ async function checkConfig(options: CheckConfigOptions, io: CliIo): Promise<void
   }
   // Valid, but a secret every user can read: said on stderr, as ssh does; still exit 0.
   for (const f of exposedSecretFiles(config, io.env)) io.stderr.write(`Warning: ${f.message}\n`);
+  const exposure = configuredExposure(config);
+  if (exposure !== undefined) io.stderr.write(`Warning: ${exposure.message}; ${exposure.fix}\n`);
   for (const w of plainApiBases(config.catchUp)) io.stderr.write(`Warning: ${w.message}\n`);
   const description = describeConfig(config);
   if (options.json === true) return printJson(io.stdout, description);

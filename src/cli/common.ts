@@ -1,5 +1,6 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { loadConfig, type Config, type ConfigOverrides } from '../config/load.js';
+import { becomeServiceUser } from '../config/service-user.js';
 import { isPostgresUrl } from '../config/database.js';
 import { openStore } from '../store/open.js';
 import { existsSync } from 'node:fs';
@@ -34,7 +35,13 @@ export function configFrom(
   if (options.port !== undefined) overrides.port = options.port;
   if (options.logLevel !== undefined) overrides.logLevel = options.logLevel;
   if (options.logFormat !== undefined) overrides.logFormat = options.logFormat;
-  return loadConfig(overrides, env);
+  if (options.user !== undefined) overrides.user = options.user;
+  const config = loadConfig(overrides, env);
+  // Configuration and secrets are read; a process started as root now becomes the
+  // service's user. Only the process's own environment means a real process: a command a
+  // test runs in-process never changes the test runner's user.
+  if (env === process.env) becomeServiceUser(config.user);
+  return config;
 }
 
 /** For one-shot commands: SQLite waits for the lock the whole busy timeout (no server to keep responsive). */

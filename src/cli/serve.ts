@@ -1,5 +1,6 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { exposedSecretFiles } from '../config/secret-files.js';
+import { exposureWarning } from '../config/service-user.js';
 import { logModuleRejection } from '../effects/module.js';
 import { createLogger, logStyle, stderrWriter } from '../log.js';
 import { startReceiver } from '../server.js';
@@ -11,6 +12,7 @@ interface ServeOptions extends CommonOptions {
   port?: number;
   logLevel?: string;
   logFormat?: string;
+  user?: string;
 }
 
 function portNumber(value: string): number {
@@ -25,6 +27,7 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--port <port>', 'port to listen on, 0 for any free port (overrides "port"; also $RECEIVER_PORT)', portNumber)
     .option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent (overrides "log.level"; also $RECEIVER_LOG_LEVEL)')
     .option('--log-format <format>', 'auto, json or pretty (overrides "log.format"; also $RECEIVER_LOG_FORMAT)')
+    .option('--user <name>', 'started as root: read the configuration and secrets, then run as this user (overrides "user"; also $RECEIVER_USER)')
     .action((options: ServeOptions) => serve(options, io));
 }
 
@@ -56,6 +59,8 @@ export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
   });
 
   for (const f of exposedSecretFiles(config, io.env)) logger.warn({ file: f.path, mode: f.mode.toString(8).padStart(4, '0'), fix: f.fix }, f.message);
+  const exposure = exposureWarning(config);
+  if (exposure !== undefined) logger.warn({ fix: exposure.fix }, exposure.message);
 
   const receiver = await startReceiver(config, { logger, deliveryLogger, logStyle: style, processMetrics: true, onFatal: crash('drain thread failed') });
 

@@ -7,7 +7,7 @@ import { PROVIDER_FIELDS, type Provider, type ResolvedSource } from '../provider
 import { HEADERS_SET_BY_RECEIVER, SIGNATURE_HEADERS, signingKeyProblem, type HttpSecrets } from '../effects/http.js';
 import { ENV_NAME, isReceiverVariable } from '../effects/exec.js';
 import { checkTemplate } from '../template.js';
-import { configSchema, HEADER_NAME, type RawConfig, type RouteConfig, type SourceConfig } from './schema.js';
+import { configSchema, HEADER_NAME, USER_NAME, type RawConfig, type RouteConfig, type SourceConfig } from './schema.js';
 import { isPostgresUrl } from './database.js';
 import { locateJsonError } from './json-position.js';
 import { resolveSecret, Secret } from './secret.js';
@@ -40,6 +40,8 @@ export interface ConfigOverrides {
   port?: number;
   logLevel?: string;
   logFormat?: string;
+  /** The service's user (serve --user). */
+  user?: string;
   /**
    * Operator commands (events, stats, replay, purge) verify nothing: they load the
    * configuration without resolving secrets, so they run without the service's secrets.
@@ -227,6 +229,8 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
 
   const database = overrides.db ?? env.RECEIVER_DB ?? raw.database;
   const host = overrides.host ?? env.RECEIVER_HOST ?? raw.host;
+  const user = overrides.user ?? (env.RECEIVER_USER === '' ? undefined : env.RECEIVER_USER) ?? raw.user;
+  if (user !== undefined && !USER_NAME.test(user)) throw configError(`user: "${user}" is not a user name`, "name the service's user, e.g. receiver");
   const portText = overrides.port ?? env.RECEIVER_PORT;
   const port = portText === undefined ? raw.port : Number(portText);
   if (!Number.isInteger(port) || port < 0 || port > 65535)
@@ -356,6 +360,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     file,
     database: isPostgresUrl(database) || database === ':memory:' ? database : resolve(database),
     host,
+    ...(user === undefined ? {} : { user }),
     port,
     log: { ...raw.log, level: level as RawConfig['log']['level'], format },
     sources,

@@ -108,8 +108,16 @@ const routeSchema = z.strictObject({
   effect: effectSchema,
 });
 
+/** A user name as useradd takes it. */
+export const USER_NAME = /^[A-Za-z_][A-Za-z0-9_.-]*\$?$/;
+
 export const configSchema = z.strictObject({
   database: z.string().min(1).default('./data/receiver.db'),
+  /**
+   * The service's user: a receiver process started as root reads its configuration and
+   * secrets, then becomes this user (src/config/service-user.ts).
+   */
+  user: z.string().regex(USER_NAME, 'a user name: letters, digits, "_", "-" and "."').optional(),
   host: z.string().min(1).default('127.0.0.1'),
   port: z.number().int().min(0).max(65535).default(8080),
   maxBodyBytes: z.number().int().positive().default(1_048_576),

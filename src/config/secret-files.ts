@@ -1,5 +1,6 @@
 import { readFileSync, statSync } from 'node:fs';
 import { Secret } from './secret.js';
+import { becameServiceUser } from './service-user.js';
 
 /** A file holding secrets that users other than its owner and group can read or change. */
 export interface ExposedSecretFile {
@@ -17,7 +18,7 @@ export interface ExposedSecretFile {
  * (or change) them, as ssh refuses an unprotected key: every `file:` secret of the
  * configuration and the environment file named by $RECEIVER_ENV_FILE (the service's
  * EnvironmentFile, which the unit and contrib/receiver.sh name). Only the owner and the
- * group should: 0640 root:<the service's group> is what docs/operations.md makes.
+ * group should: 0600 root:root is what docs/operations.md makes.
  */
 export function exposedSecretFiles(config: object, env: NodeJS.ProcessEnv): ExposedSecretFile[] {
   const files = new Map<string, string>();
@@ -47,7 +48,9 @@ export function exposedSecretFiles(config: object, env: NodeJS.ProcessEnv): Expo
 }
 
 /**
- * `chmod o-rwx` when this process reads the file as its owner or through its group; when
+ * Read as root (serve started as root, before it becomes the service's user): root's alone,
+ * so the effects, which run as the service's user, cannot read it (service-user.ts).
+ * Otherwise `chmod o-rwx` when this process reads the file as its owner or through its group; when
  * it reads it only through the bits for others, taking those away would lock the service
  * out too, so the file's group becomes this process's group first (run as the service's
  * user, as contrib/receiver.sh does, it names that group).
@@ -55,8 +58,7 @@ export function exposedSecretFiles(config: object, env: NodeJS.ProcessEnv): Expo
 function fixFor(path: string, st: { uid: number; gid: number }): string {
   const uid = process.geteuid?.();
   const gids = process.getgroups?.() ?? [];
-  // root reads anything: a file of group root is not yet the service's.
-  if (uid === 0) return st.gid === 0 ? `chgrp <the service's group> ${path} && chmod 0640 ${path}` : `chmod o-rwx ${path}`;
+  if (uid === 0 || becameServiceUser()) return st.uid === 0 ? `chmod 0600 ${path}` : `chown root:root ${path} && chmod 0600 ${path}`;
   if (uid === undefined || st.uid === uid || gids.includes(st.gid)) return `chmod o-rwx ${path}`;
   return `chgrp ${groupName(process.getegid?.() ?? 0)} ${path} && chmod 0640 ${path}`;
 }

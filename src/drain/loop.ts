@@ -2,7 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { setImmediate as yieldToIo } from 'node:timers/promises';
 import { hostname } from 'node:os';
 import type { Config } from '../config/load.js';
-import { effectEnvironment } from '../effects/exec.js';
+import { effectEnvironment, minimalEnvironment } from '../effects/exec.js';
+import { ModuleRunner } from '../effects/module-runner.js';
 import { isReceiverError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { ClaimedEvent, DrainStore, Lease } from '../store/drain-types.js';
@@ -71,6 +72,7 @@ export function startDrain(options: DrainOptions): Drain {
   const now = options.now ?? Date.now;
   const id = options.id ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   const leaseMs = config.drain.leaseSeconds * 1000;
+  const execEnv = options.execEnv ?? effectEnvironment(config);
   const ctx: ProcessContext = {
     config,
     store,
@@ -79,7 +81,8 @@ export function startDrain(options: DrainOptions): Drain {
     now,
     random: options.random ?? Math.random,
     leaseMs,
-    execEnv: options.execEnv ?? effectEnvironment(config),
+    execEnv,
+    modules: new ModuleRunner(minimalEnvironment(execEnv)),
     onAttempt: options.onAttempt,
     onEvent: options.onEvent,
   };
@@ -217,6 +220,7 @@ export function startDrain(options: DrainOptions): Drain {
         logger.info('drain stopped');
       }
       clearInterval(heartbeat);
+      ctx.modules?.close();
     },
   };
 }

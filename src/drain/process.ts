@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import type { Config } from '../config/load.js';
 import type { RouteConfig } from '../config/schema.js';
-import { runExec } from '../effects/exec.js';
+import { minimalEnvironment, runExec } from '../effects/exec.js';
 import { runHttp } from '../effects/http.js';
-import { callHandler, loadHandler, modulePath, ModuleTimedOut, type ModuleEvent } from '../effects/module.js';
+import { modulePath, ModuleTimedOut, type ModuleEvent } from '../effects/module.js';
+import { ModuleRunner } from '../effects/module-runner.js';
 import { planRoutes, templateContext, type PlannedEffect } from '../effects/routes.js';
 import type { EffectResult } from '../effects/types.js';
 import type { Logger } from '../log.js';
@@ -51,6 +52,8 @@ export interface ProcessContext {
   leaseMs: number;
   /** What exec effects may draw on (effectEnvironment); each gets the minimal variables and its route's `effect.env`. */
   execEnv: NodeJS.ProcessEnv;
+  /** Where module effects run (a host process of their own); default: one per process, on execEnv's minimal variables. */
+  modules?: ModuleRunner | undefined;
   onAttempt?: ((a: AttemptOutcome) => void) | undefined;
   onEvent?: ((e: EventOutcome) => void) | undefined;
 }
@@ -214,9 +217,12 @@ async function runRoute(
 
   if (route.effect.module !== undefined) {
     const path = modulePath(route.effect.module, ctx.config.file);
-    let handler;
+    const modules = (ctx.modules ??= sharedRunner(ctx.execEnv));
+    // Starting a host and importing the module take a while: the claims commit first, so the
+    // drain holds no write lock meanwhile (SQLite's group, see DrainStore.inGroup).
+    if (!modules.ready(path)) await persist(ctx, 'commit claims', event.id, signal, () => ctx.store.commitGroup());
     try {
-      handler = await loadHandler(path);
+      await modules.load(path, timeoutMs, signal);
     } catch (e) {
       const error = `cannot load module ${route.effect.module}: ${(e as Error).message}`;
       const at = ctx.now();
@@ -245,16 +251,19 @@ async function runRoute(
         event.attempt,
         start,
         (db, run) =>
-          callHandler(
-            handler,
-            moduleEvent,
-            { event: moduleEvent, route: route.name, key: plan.businessKey, effectKey: plan.effectKey, runKey: run.runKey, attempt: event.attempt, db },
-            timeoutMs,
-            signal,
-          ).catch((e: unknown) => {
-            timedOut = e instanceof ModuleTimedOut;
-            throw e;
-          }),
+          modules
+            .call(
+              path,
+              moduleEvent,
+              { route: route.name, key: plan.businessKey, effectKey: plan.effectKey, runKey: run.runKey, attempt: event.attempt },
+              db,
+              timeoutMs,
+              signal,
+            )
+            .catch((e: unknown) => {
+              timedOut = e instanceof ModuleTimedOut;
+              throw e;
+            }),
         ctx.now,
         ctx.leaseMs,
         { completeOnOk: last, routeDecisions: decisions },
@@ -352,6 +361,13 @@ async function runExternal(
     });
   }
   return { ok: false, retryable: false, error: 'route has no effect' };
+}
+
+let shared: ModuleRunner | undefined;
+
+/** The module runner of a ProcessContext that brings none (tests that call processEvent). */
+function sharedRunner(env: NodeJS.ProcessEnv): ModuleRunner {
+  return (shared ??= new ModuleRunner(minimalEnvironment(env)));
 }
 
 function eventView(e: ClaimedEvent) {

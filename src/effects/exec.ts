@@ -47,6 +47,11 @@ export function effectEnvironment(config: { routes: readonly RouteConfig[] }, pa
   );
 }
 
+/** The minimal variables of `from` and nothing else: the whole environment of the module host. */
+export function minimalEnvironment(from: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return pickEnvironment(from, []);
+}
+
 /** The minimal variables and the `listed` ones of `from`; never a `RECEIVER_*` one. */
 function pickEnvironment(from: NodeJS.ProcessEnv, listed: readonly string[]): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};

@@ -156,6 +156,13 @@ export interface DrainStore {
   inGroup<T>(fn: () => Promise<T>): Promise<T>;
 
   /**
+   * Commits what the current group holds so far (its claims; see inGroup), before the
+   * drain waits outside the database for a while (a module host starting): no write lock
+   * is held meanwhile. Elsewhere, nothing.
+   */
+  commitGroup(): Promise<void>;
+
+  /**
    * The heartbeat: moves every lease still held to `now + leaseMs`. Leases that were taken
    * over are left alone (their next guarded step reports them lost).
    */

@@ -28,6 +28,9 @@ export abstract class StoreBase implements Omit<DrainStore, 'claimsAreLocal'>, S
   inGroup<T>(fn: () => Promise<T>): Promise<T> {
     return this.drainBackend().inGroup(fn);
   }
+  commitGroup() {
+    return this.drainBackend().commitGroup();
+  }
   renewLeases(leases: readonly Lease[], now: number, leaseMs: number) {
     return renewLeases(this.drainBackend(), leases, now, leaseMs);
   }

@@ -22,17 +22,16 @@ const sha = (file: string) => createHash('sha256').update(readFileSync(file)).di
 const pgOk = await postgresAvailable();
 
 /**
- * Two routes for every event of `shop`: an ESM module effect that appends "<key> <thread>"
- * to module.log (thread: "main", or "worker <threadId>"), and an exec effect appending the
- * effect key to exec.log. In serve both run in the drain's thread.
+ * Two routes for every event of `shop`: an ESM module effect that appends "<key> <parent pid>
+ * <pid>" to module.log, and an exec effect appending the effect key to exec.log. In serve the
+ * exec effect runs from the drain's thread, the module in the module host (the executable again).
  */
 function effectRoutes(dir: string): unknown[] {
   writeFileSync(
     join(dir, 'record.mjs'),
     [
       `import { appendFileSync } from 'node:fs';`,
-      `import { isMainThread, threadId } from 'node:worker_threads';`,
-      `export default async function (event, ctx) { appendFileSync(${JSON.stringify(join(dir, 'module.log'))}, ctx.key + ' ' + (isMainThread ? 'main' : 'worker ' + threadId) + '\\n'); }`,
+      `export default async function (event, ctx) { appendFileSync(${JSON.stringify(join(dir, 'module.log'))}, ctx.key + ' ' + process.ppid + ' ' + process.pid + '\\n'); }`,
       '',
     ].join('\n'),
   );
@@ -48,15 +47,17 @@ function effectRoutes(dir: string): unknown[] {
   ];
 }
 
-/** module.log has `lines` lines, every one written from the same worker thread (the drain's), none from the main thread. */
-function expectDrainThread(log: string, lines: number): void {
-  const threads = log
+/** module.log has `lines` lines, every one written by the same module host: a child process of serve. */
+function expectModuleHost(log: string, lines: number, servePid: number | undefined): void {
+  const hosts = log
     .split('\n')
     .filter((l) => l !== '')
     .map((l) => l.slice(l.indexOf(' ') + 1));
-  expect(threads).toHaveLength(lines);
-  expect(threads[0]).toMatch(/^worker [1-9][0-9]*$/);
-  expect(new Set(threads).size).toBe(1);
+  expect(hosts).toHaveLength(lines);
+  const [ppid, pid] = hosts[0]!.split(' ').map(Number);
+  expect(ppid).toBe(servePid);
+  expect(pid).not.toBe(servePid);
+  expect(new Set(hosts).size).toBe(1);
 }
 
 describe.runIf(BINARY !== undefined)('the single executable', () => {
@@ -134,8 +135,8 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
       const show = await runCli(['events', 'show', String(id), '-c', file, '--json'], { env: s.env });
       expect(show.code).toBe(0);
       expect(JSON.parse(show.stdout)).toMatchObject({ id, deliveryId: 'o-7', status: 'done' });
-      // The module ran in the drain thread, not in the main one.
-      expectDrainThread(read('module.log'), 2);
+      // The module ran in the module host, not in serve.
+      expectModuleHost(read('module.log'), 2, serve.child.pid);
     } finally {
       expect(await serve.stop('SIGTERM')).toBe(0);
     }
@@ -294,7 +295,7 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
         const sent = await runCli(['send-test', 'shop', '-c', file, '--url', serve.url, '--run-effects'], { env: s.env });
         expect(sent.stdout).toMatch(/-> 202 /);
         await waitFor(() => (read('module.log') !== '' && read('exec.log') !== '' ? true : undefined), 'both effects of the test event', 10_000);
-        expectDrainThread(read('module.log'), 1);
+        expectModuleHost(read('module.log'), 1, serve.child.pid);
         const stats = await runCli(['stats', '-c', file, '--json'], { env: s.env });
         expect(stats.code).toBe(0);
       } finally {

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -19,6 +19,10 @@ const URL_PASSWORD = 'url-password-6b7c8d';
 const APP_KEY = 'app-key-from-env-7f8e9d';
 const FORWARD_SECRET = 'whsec_Q2hlY2tDb25maWdGb3J3YXJkU2VjcmV0MjQ=';
 const ALL = [ENV_SECRET, OLD_SECRET, FILE_SECRET, LITERAL, TOKEN, HTTP_AUTH, URL_PASSWORD, APP_KEY, FORWARD_SECRET];
+
+/** The configurations here run exec effects and name no service user. */
+const NO_USER =
+  'Warning: "user" is not set: exec and module effects run as the user serve runs as and can read its secrets through /proc/<serve\'s pid>/environ and /proc/<pid>/mem (as root: everything); set "user" to the service\'s user and start serve as root (contrib/receiver.service does): it reads its secrets, then becomes that user, and its /proc is closed to its effects\n';
 
 const env = { CC_STRIPE_SECRET: ENV_SECRET, CC_GH_OLD: OLD_SECRET, CC_METRICS_TOKEN: TOKEN, CC_APP_KEY: APP_KEY, CC_FORWARD: FORWARD_SECRET };
 
@@ -73,11 +77,44 @@ describe('receiver check-config', () => {
     for (const s of ALL) expect(text).not.toContain(s);
   };
 
+  it('no warning about /proc once "user" names the service\'s user, or with no exec or module effect', async () => {
+    const d = dir();
+    const withUser = writeConfig(d, { ...valid(d), user: 'nobody' });
+    const r = await runInProcess(['check-config', '-c', withUser], { env });
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const httpOnly = writeConfig(d, { ...valid(d), routes: [] });
+    expect((await runInProcess(['check-config', '-c', httpOnly], { env })).stderr).toBe('');
+    // $RECEIVER_USER names it as well (contrib/receiver.sh sets it).
+    expect((await runInProcess(['check-config', '-c', writeConfig(d, valid(d))], { env: { ...env, RECEIVER_USER: 'nobody' } })).stderr).toBe('');
+  });
+
+  it.runIf(process.getuid?.() === 0)('started as root with "user", it reads the secrets as root, then checks as that user', async (ctx) => {
+    // It runs as nobody once the configuration is read: its code must be where nobody can read it.
+    const bin = receiverForNobodyOrSkip(ctx);
+    const runCli = (args: string[], o: { env: NodeJS.ProcessEnv }) => {
+      const r = spawnSync(process.execPath, [bin, ...args], { env: { ...process.env, ...o.env }, encoding: 'utf8' });
+      return Promise.resolve({ code: r.status, stdout: r.stdout, stderr: r.stderr });
+    };
+    const d = dir();
+    chmodSync(tmp.dir, 0o755);
+    chownSync(d, 65534, 65534);
+    const file = writeConfig(d, { ...valid(d), user: 'nobody' });
+    // The secret file stays root's alone: only the root part of the process reads it.
+    const r = await runCli(['check-config', '-c', file], { env });
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^checked as nobody: /m);
+    const unknown = await runCli(['check-config', '-c', writeConfig(d, { ...valid(d), user: 'no-such-user' })], { env });
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(/^Error: user: there is no user "no-such-user" on this machine/m);
+  });
+
   it('exits 0 and prints the resolved sources and routes without a secret value', async () => {
     const d = dir();
     const file = writeConfig(d, valid(d));
     const r = await runCli(['check-config', '-c', file], { env });
-    expect(r.stderr).toBe('');
+    expect(r.stderr).toBe(NO_USER);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain(`configuration ${file} is valid`);
     expect(r.stdout).toMatch(/stripe: stripe, 1 secret\(s\)/);
@@ -210,7 +247,7 @@ describe('receiver check-config', () => {
         routesOf(d, [{ exec: [`${d}/issue-licence`] }, { exec: ['notify', '--flag'] }, { module: './handler.mjs' }, { exec: ['sh', '-c', 'true'] }]),
       );
       const r = await runCli(['check-config', '-c', file], { env: { ...env, PATH: `${d}/bin:${process.env.PATH ?? ''}` } });
-      expect(r.stderr).toBe('');
+      expect(r.stderr).toBe(NO_USER);
       expect(r.code).toBe(0);
       expect(r.stdout).toMatch(/^checked as \S+: exec programs found and executable, modules load, the database directory writable$/m);
       expect(existsSync(`${d}/called`)).toBe(false);
@@ -285,7 +322,7 @@ describe('receiver check-config', () => {
       const d = dir();
       const ok = writeConfig(d, { ...valid(d), database: postgresBaseUrl });
       const passed = await runInProcess(['check-config', '-c', ok], { env });
-      expect(passed.stderr).toBe('');
+      expect(passed.stderr).toBe(NO_USER);
       expect(passed.code).toBe(0);
       expect(passed.stdout).toMatch(/^checked as \S+: exec programs found and executable, modules load, the database answers$/m);
       // Port 1: nothing listens there.

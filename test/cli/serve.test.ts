@@ -167,7 +167,10 @@ describe('receiver serve (child process)', () => {
     expect(setting('KillSignal')).toBe('SIGTERM');
     expect(setting('KillMode')).toBe('mixed');
     expect(Number(setting('TimeoutStopSec'))).toBeGreaterThan(configSchema.parse({}).shutdownGraceSeconds + 5);
-    expect(setting('User')).toBe('receiver');
+    // Started as root, serve becomes the service's user itself after reading its secrets.
+    expect(setting('User')).toBeUndefined();
+    expect(unit).toMatch(/^Environment=RECEIVER_USER=receiver$/m);
+    expect(setting('CapabilityBoundingSet')?.split(' ').sort()).toEqual(['CAP_DAC_READ_SEARCH', 'CAP_SETGID', 'CAP_SETUID']);
     expect(setting('WorkingDirectory')).toBe('/var/lib/receiver');
     expect(setting('EnvironmentFile')).toBe('/etc/receiver/env');
     expect(setting('Restart')).toBe('on-failure');

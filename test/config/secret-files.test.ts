@@ -43,8 +43,8 @@ describe('secrets in files that every user can read', () => {
     const lines = r.stderr.split('\n').filter((l) => l !== '');
     expect(lines).toHaveLength(3);
     const root = process.geteuid?.() === 0;
-    // Run by root, a file of group root is not the service's yet; by its owner, o-rwx is the fix.
-    const fix = (path: string) => (root ? `chgrp <the service's group> ${path} && chmod 0640 ${path}` : `chmod o-rwx ${path}`);
+    // Read by root, root's alone (serve becomes the service's user after); by its owner, o-rwx is the fix.
+    const fix = (path: string) => (root ? `chmod 0600 ${path}` : `chmod o-rwx ${path}`);
     expect(lines).toContain(
       `Warning: admin.token: ${s.admin} can be read by every user on this machine (mode 0644); only its owner and the service's group should: ${fix(s.admin)}`,
     );

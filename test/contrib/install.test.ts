@@ -106,7 +106,7 @@ describe('the install path of docs/operations.md and contrib/', () => {
     expect(check.stdout).toContain(`database: ${root}/var/lib/receiver/receiver.db`);
     for (const source of ['stripe', 'github', 'polar', 'shop']) expect(check.stdout).toMatch(new RegExp(`^ {2}${source}: `, 'm'));
     expect(check.stdout).toMatch(/^ {2}github: github, 2 secret\(s\)/m);
-    expect(statSync(join(root, 'etc/receiver/env')).mode & 0o777).toBe(0o640);
+    expect(statSync(join(root, "etc/receiver/env")).mode & 0o777).toBe(0o600);
 
     // What the newcomer met: without the state directory, the wrapper cannot even start.
     rmSync(join(root, 'var/lib/receiver'), { recursive: true });

@@ -40,6 +40,9 @@ export interface DrainBackend {
    */
   inGroup<T>(fn: () => Promise<T>): Promise<T>;
 
+  /** Commits the current group's transaction, if one is open (see DrainStore.commitGroup). */
+  commitGroup(): Promise<void>;
+
   /** Opens the transaction a module effect's handler runs in (see module-tx.ts). */
   moduleTransaction(what: string): Promise<ModuleTransaction>;
 }

@@ -47,6 +47,8 @@ export class PostgresDrainBackend implements DrainBackend {
     return fn();
   }
 
+  async commitGroup(): Promise<void> {}
+
   async moduleTransaction(what: string): Promise<ModuleTransaction> {
     const c = this.#c;
     const client = await c.connect(what);

@@ -113,6 +113,10 @@ export class SqliteDrainBackend implements DrainBackend {
     }
   }
 
+  async commitGroup(): Promise<void> {
+    this.#commitGroup();
+  }
+
   async moduleTransaction(what: string): Promise<ModuleTransaction> {
     const db = this.#c.db;
     const inGroup = this.#group !== undefined;

@@ -340,6 +340,12 @@ describe.runIf(AS_ROOT)("an effect cannot read serve's secrets through /proc", (
     };
     const file = writeConfig(dir, json);
     chmodSync(file, 0o644);
+    if (process.env.RECEIVER_TEST_BINARY !== undefined) {
+      // The single executable unpacks its SQLite addon where the user it runs as may write.
+      mkdirSync(`${dir}/native`, { mode: 0o700 });
+      chownSync(`${dir}/native`, NOBODY, NOBODY);
+      Object.assign(env, { RECEIVER_NATIVE_DIR: `${dir}/native` });
+    }
     const serve = await startServe(file, { env, bin, args: how.args ?? [], ...(how.wrap === undefined ? {} : { wrap: how.wrap }) });
     try {
       const body = '{"zen":"probe","hook_id":1}';

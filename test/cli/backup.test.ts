@@ -209,8 +209,12 @@ describe('receiver backup', () => {
     const exited = new Promise((r) => child.once('exit', r));
     const partial = /^\.receiver-\d{4}-\d{2}-\d{2}\.db\.partial-\d+-\d+$/;
     const until = Date.now() + 15_000;
-    while (!readdirSync(backups).some((f) => partial.test(f)) && Date.now() < until) await new Promise((r) => setTimeout(r, 2));
-    await new Promise((r) => setTimeout(r, 30));
+    // Killed once the copy and its journal both exist: in the middle of the copy.
+    const copying = () => {
+      const files = readdirSync(backups);
+      return files.some((f) => partial.test(f)) && files.some((f) => f.endsWith('-journal'));
+    };
+    while (!copying() && Date.now() < until) await new Promise((r) => setTimeout(r, 2));
     child.kill('SIGKILL');
     await exited;
     const left = readdirSync(backups);

@@ -284,6 +284,10 @@ describe.runIf(AS_ROOT)("an effect cannot read serve's secrets through /proc", (
    * `cat /proc/$PPID/environ; env` whose output the attempt keeps.
    */
   async function session(name: string, how: { args?: string[]; user?: string; wrap?: string[] }, ctx: { skip: (note: string) => never }) {
+    // The probe finds serve's secrets in the memory of node running bin/receiver.js (the
+    // ordinary-user case proves it); in the single executable's memory it has not been shown
+    // to find them, so there it would prove nothing.
+    if (process.env.RECEIVER_TEST_BINARY !== undefined) ctx.skip('the /proc probe is proven against node running bin/receiver.js, not the single executable');
     // serve runs as nobody after its start: its code must be where nobody can read it.
     const bin = receiverForNobodyOrSkip(ctx);
     const dir = `${tmp.dir}/${name}`;
@@ -340,12 +344,6 @@ describe.runIf(AS_ROOT)("an effect cannot read serve's secrets through /proc", (
     };
     const file = writeConfig(dir, json);
     chmodSync(file, 0o644);
-    if (process.env.RECEIVER_TEST_BINARY !== undefined) {
-      // The single executable unpacks its SQLite addon where the user it runs as may write.
-      mkdirSync(`${dir}/native`, { mode: 0o700 });
-      chownSync(`${dir}/native`, NOBODY, NOBODY);
-      Object.assign(env, { RECEIVER_NATIVE_DIR: `${dir}/native` });
-    }
     const serve = await startServe(file, { env, bin, args: how.args ?? [], ...(how.wrap === undefined ? {} : { wrap: how.wrap }) });
     try {
       const body = '{"zen":"probe","hook_id":1}';

@@ -168,5 +168,5 @@ describe('purge and replay while serve runs', () => {
       expect(await serve.stop()).toBe(0);
       db.close();
     }
-  });
+  }, 90_000);
 });

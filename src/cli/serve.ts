@@ -1,7 +1,6 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { exposedSecretFiles } from '../config/secret-files.js';
 import { exposureWarning } from '../config/service-user.js';
-import { logModuleRejection } from '../effects/module.js';
 import { createLogger, logStyle, stderrWriter } from '../log.js';
 import { startReceiver } from '../server.js';
 import { addCommonOptions, configFrom, type CommonOptions } from './common.js';
@@ -53,10 +52,8 @@ export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
     process.exit(1);
   };
   process.on('uncaughtException', crash('uncaught exception'));
-  process.on('unhandledRejection', (e: unknown) => {
-    // A module effect's stray rejection is logged and ignored; anything else is a bug.
-    if (!logModuleRejection(logger, e)) crash('unhandled promise rejection')(e);
-  });
+  // Module code runs in the module host, never here: a rejection nobody handled is a bug.
+  process.on('unhandledRejection', crash('unhandled promise rejection'));
 
   for (const f of exposedSecretFiles(config, io.env)) logger.warn({ file: f.path, mode: f.mode.toString(8).padStart(4, '0'), fix: f.fix }, f.message);
   const exposure = exposureWarning(config);

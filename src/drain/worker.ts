@@ -8,7 +8,6 @@ import { readlinkSync } from 'node:fs';
 import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import { wrapHttpSecrets, type PlainHttpSecrets } from '../effects/http.js';
-import { logModuleRejection } from '../effects/module.js';
 import { isReceiverError } from '../errors.js';
 import { batchedLines, createLogger, type Logger, type LogStyle } from '../log.js';
 import { openStore } from '../store/open.js';
@@ -103,11 +102,9 @@ if (parentPort !== null) {
   // The attempt and event lines list their fields by hand: no redaction pass (see ProcessContext).
   const lineLogger = createLogger(config.log.level, { redact: false, style: init.logStyle, sink: toMain });
 
-  // A promise a module effect's handler started and did not await: its own mistake, one line
-  // (as in the main thread), and the drain goes on. Anything else is a bug: the main thread
-  // sees this thread fail and exits for systemd to restart it.
+  // Module code runs in the module host, never in this thread: a rejection nobody handled is
+  // a bug. The main thread sees this thread fail and exits for systemd to restart it.
   process.on('unhandledRejection', (e: unknown) => {
-    if (logModuleRejection(logger, e)) return;
     // The lines logged so far reach the main thread before it hears of the failure.
     toMain.flush();
     throw e;

@@ -1,4 +1,3 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { EffectDb } from '../store/drain-types.js';
@@ -34,43 +33,6 @@ export type ModuleHandler = (event: ModuleEvent, ctx: ModuleContext) => unknown;
 
 const loaded = new Map<string, Promise<ModuleHandler>>();
 
-/** Which module effect an asynchronous callback belongs to (ids only, never the event). */
-export interface ModuleOrigin {
-  route: string;
-  effectKey: string;
-  eventId: number;
-  attempt: number;
-}
-
-const origin = new AsyncLocalStorage<ModuleOrigin>();
-
-/**
- * The module effect whose code is running now, followed through its promises and timers.
- * `serve` reads it in its unhandledRejection handler: a promise a handler created and
- * neither awaited nor caught is that module's mistake, not a receiver bug, and must not
- * take the process down with every other delivery.
- */
-export function moduleOrigin(): ModuleOrigin | undefined {
-  return origin.getStore();
-}
-
-/**
- * A promise a module effect's handler started and did not await, rejected: its own
- * mistake. Logged as one line with the ids and the error's first 200 characters (never a
- * stack or the event), and the receiver keeps going. False when the rejection is not a
- * module's (a bug of the receiver's: the caller ends the process).
- */
-export function logModuleRejection(logger: { error(fields: object, msg: string): void }, e: unknown): boolean {
-  const from = moduleOrigin();
-  if (from === undefined) return false;
-  const text = e instanceof Error ? `${e.name}: ${e.message}` : typeof e === 'string' ? e : Object.prototype.toString.call(e);
-  logger.error(
-    { ...from, error: text.length > 200 ? `${text.slice(0, 200)}...` : text },
-    'module effect left a promise rejection unhandled; ignored, the receiver keeps running',
-  );
-  return true;
-}
-
 /** import(); the single executable sets its own (its script cannot import() a file itself). */
 let importModule = (url: string): Promise<{ default?: unknown }> => import(url);
 
@@ -101,24 +63,3 @@ export function loadHandler(path: string): Promise<ModuleHandler> {
 
 /** A module handler ran past effect.timeoutSeconds (its attempt's outcome is `timeout`). */
 export class ModuleTimedOut extends Error {}
-
-/**
- * Calls the handler, rejecting at `timeoutMs` (ModuleTimedOut) or on `signal`. The store then rolls the
- * transaction back and closes `db`, so a handler still running after that cannot write.
- */
-export async function callHandler(handler: ModuleHandler, event: ModuleEvent, ctx: ModuleContext, timeoutMs: number, signal?: AbortSignal): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  let onAbort: (() => void) | undefined;
-  const limit = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new ModuleTimedOut(`module timed out after ${timeoutMs / 1000}s; its writes were rolled back`)), timeoutMs);
-    onAbort = () => reject(new Error('module aborted: the receiver is shutting down; its writes were rolled back'));
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
-  try {
-    const where: ModuleOrigin = { route: ctx.route, effectKey: ctx.effectKey, eventId: event.id, attempt: ctx.attempt };
-    await Promise.race([origin.run(where, () => Promise.resolve().then(() => handler(event, ctx))), limit]);
-  } finally {
-    clearTimeout(timer);
-    if (onAbort !== undefined) signal?.removeEventListener('abort', onAbort);
-  }
-}

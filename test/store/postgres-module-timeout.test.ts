@@ -1,10 +1,13 @@
 import { createHash } from 'node:crypto';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { callHandler, type ModuleHandler } from '../../src/effects/module.js';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { minimalEnvironment } from '../../src/effects/exec.js';
+import { ModuleRunner } from '../../src/effects/module-runner.js';
 import type { ClaimedEvent, EffectStart } from '../../src/store/drain-types.js';
 import { openStore } from '../../src/store/open.js';
 import type { Store } from '../../src/store/types.js';
-import { claimOne } from '../helpers.js';
+import { claimOne, tempDir } from '../helpers.js';
 import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
 
 /**
@@ -26,13 +29,18 @@ const LEASE_MS = 30_000;
 describe.runIf(pgOk)('module effect statements on PostgreSQL', () => {
   let db: TestDatabase;
   let store: Store;
+  let runner: ModuleRunner;
+  const tmp = tempDir();
+  afterAll(tmp.cleanup);
 
   beforeEach(async () => {
+    runner = new ModuleRunner(minimalEnvironment(process.env));
     db = await createTestDatabase();
     // serve's pool: statements past max(1 s, busyTimeoutMs) are cancelled.
     store = await openStore(db.url, { busyTimeoutMs: 300, server: true });
   });
   afterEach(async () => {
+    runner.close();
     await store?.close();
     await db?.drop();
   });
@@ -57,7 +65,11 @@ describe.runIf(pgOk)('module effect statements on PostgreSQL', () => {
 
   const start: EffectStart = { route: 'licence', businessKey: 'o1', effectKey: 'licence:o1', runToken: 'run-1', force: false };
 
-  async function run(handler: ModuleHandler, timeoutMs: number) {
+  /** The handler runs in the module host, as serve runs it; its import is done before the clock starts. */
+  async function run(statement: string, timeoutMs: number) {
+    const path = join(tmp.dir, `${db.name}.mjs`);
+    writeFileSync(path, `export default async function (_event, ctx) { await ctx.db.query(${JSON.stringify(statement)}); }\n`);
+    await runner.load(path, 10_000);
     const event = await claimed();
     const moduleEvent = {
       id: event.id,
@@ -75,18 +87,11 @@ describe.runIf(pgOk)('module effect statements on PostgreSQL', () => {
       event.attempt,
       start,
       (effectDb, run) =>
-        callHandler(
-          handler,
+        runner.call(
+          path,
           moduleEvent,
-          {
-            event: moduleEvent,
-            route: start.route,
-            key: start.businessKey,
-            effectKey: start.effectKey,
-            runKey: run.runKey,
-            attempt: event.attempt,
-            db: effectDb,
-          },
+          { route: start.route, key: start.businessKey, effectKey: start.effectKey, runKey: run.runKey, attempt: event.attempt },
+          effectDb,
           timeoutMs,
         ),
       Date.now,
@@ -96,16 +101,12 @@ describe.runIf(pgOk)('module effect statements on PostgreSQL', () => {
   }
 
   it('a statement longer than the pool statement timeout (1 s) but within timeoutSeconds completes', async () => {
-    const { outcome } = await run(async (_e, ctx) => {
-      await ctx.db.query('SELECT pg_sleep(1.5)');
-    }, 5000);
+    const { outcome } = await run('SELECT pg_sleep(1.5)', 5000);
     expect(outcome).toMatchObject({ action: 'ok' });
   });
 
   it('a statement still running at timeoutSeconds is cancelled: the attempt fails as timed out at once, not after the lease', async () => {
-    const { outcome, tookMs } = await run(async (_e, ctx) => {
-      await ctx.db.query('SELECT pg_sleep(20)');
-    }, 500);
+    const { outcome, tookMs } = await run('SELECT pg_sleep(20)', 500);
     expect(outcome).toMatchObject({ action: 'failed' });
     expect((outcome as { error: string }).error).toMatch(/timed out/);
     expect(tookMs).toBeLessThan(3000);

@@ -1,9 +1,9 @@
 import Database from 'better-sqlite3';
-import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openStore } from '../../src/store/open.js';
 import type { NewEvent, Store } from '../../src/store/types.js';
+import { newEvent } from '../drain/helpers.js';
 import { claimOne, tempDir } from '../helpers.js';
 import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
 
@@ -15,20 +15,8 @@ import { createTestDatabase, postgresAvailable, type TestDatabase } from '../pos
 const T0 = Date.UTC(2026, 5, 1);
 const LEASE = 60_000;
 
-function event(deliveryId: string, body = `{"id":"${deliveryId}"}`): NewEvent {
-  const raw = Buffer.from(body);
-  return {
-    source: 'shop',
-    deliveryId,
-    eventType: 'order.paid',
-    headers: {},
-    body: raw,
-    bodySha256: createHash('sha256').update(raw).digest('hex'),
-    receivedAt: T0,
-    successStatus: 202,
-    onConflict: 'reject',
-  };
-}
+const event = (deliveryId: string, body = `{"id":"${deliveryId}"}`): NewEvent =>
+  newEvent({ source: 'shop', deliveryId, eventType: 'order.paid', body, receivedAt: T0 });
 
 interface Opened {
   store: Store;

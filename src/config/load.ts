@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { z } from 'zod';
 import { configError, ReceiverError } from '../errors.js';
@@ -10,7 +9,8 @@ import { checkTemplate } from '../template.js';
 import { configSchema, HEADER_NAME, USER_NAME, type RawConfig, type RouteConfig, type SourceConfig } from './schema.js';
 import { isPostgresUrl } from './database.js';
 import { locateJsonError } from './json-position.js';
-import { resolveSecret, Secret } from './secret.js';
+import { readText, resolveSecret, Secret, type ReadText } from './secret.js';
+import { withEnvFile } from './env-file.js';
 import { catchUpSenders } from '../catchup/senders.js';
 import { isOneOf, LOG_FORMATS } from '../vocabulary.js';
 import type { CatchUpSettings } from '../catchup/types.js';
@@ -21,6 +21,8 @@ const ADMIN_TOKEN_MIN_LENGTH = 32;
 export interface Config extends Omit<RawConfig, 'sources' | 'metrics' | 'admin'> {
   /** Where the configuration came from (for messages). */
   file: string;
+  /** The environment file read with it (serve --env-file, $RECEIVER_ENV_FILE or `envFile`), if any. */
+  envFile?: string | undefined;
   sources: ReadonlyMap<string, ResolvedSource>;
   routes: RouteConfig[];
   metrics: { enabled: boolean; token: Secret | undefined };
@@ -42,6 +44,8 @@ export interface ConfigOverrides {
   logFormat?: string;
   /** The service's user (serve --user). */
   user?: string;
+  /** serve --env-file: wins over $RECEIVER_ENV_FILE and `envFile`. */
+  envFile?: string;
   /**
    * Operator commands (events, stats, replay, purge) verify nothing: they load the
    * configuration without resolving secrets, so they run without the service's secrets.
@@ -64,11 +68,23 @@ function describeIssue(issue: z.core.$ZodIssue): string {
 }
 
 /** Reads, validates and resolves the configuration. Throws `config` errors naming the field. */
-export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessEnv = process.env): Config {
+export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessEnv = process.env, read: ReadText = readText): Config {
+  return loadConfigAndEnv(overrides, env, read).config;
+}
+
+/**
+ * loadConfig, with the environment it was resolved against: `env` with the environment
+ * file's variables under it (its own win). serve gives it to the effects.
+ */
+export function loadConfigAndEnv(
+  overrides: ConfigOverrides = {},
+  env: NodeJS.ProcessEnv = process.env,
+  read: ReadText = readText,
+): { config: Config; env: NodeJS.ProcessEnv } {
   const file = overrides.config ?? env.RECEIVER_CONFIG ?? DEFAULT_CONFIG_FILE;
   let text: string;
   try {
-    text = readFileSync(file, 'utf8');
+    text = read(file);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     throw configError(
@@ -89,7 +105,9 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
       `fix the JSON syntax at line ${at.line}, column ${at.column} (a trailing comma or a missing comma on the line before is a common cause)`,
     );
   }
-  return resolveConfig(json, file, overrides, env);
+  const withFile = withEnvFile(json, overrides, env, read);
+  const config = resolveConfig(json, file, overrides, withFile.env, read);
+  return { config: withFile.path === undefined ? config : { ...config, envFile: withFile.path }, env: withFile.env };
 }
 
 /**
@@ -145,6 +163,7 @@ function httpEffectSecrets(
   http: NonNullable<RouteConfig['effect']['http']>,
   withoutSecrets: boolean,
   env: NodeJS.ProcessEnv,
+  read: ReadText,
   problems: string[],
 ): HttpSecrets | undefined {
   const found = problems.length;
@@ -164,7 +183,7 @@ function httpEffectSecrets(
     if (withoutSecrets && isSecretRef(ref)) continue;
     let value: Secret;
     try {
-      value = isSecretRef(ref) ? resolveSecret(ref, f, env) : new Secret(ref);
+      value = isSecretRef(ref) ? resolveSecret(ref, f, env, read) : new Secret(ref);
     } catch (e) {
       if (!(e instanceof ReceiverError)) throw e;
       problems.push(e.message + (e.hint === undefined ? '' : ` (try: ${e.hint})`));
@@ -177,7 +196,7 @@ function httpEffectSecrets(
   let sign: Secret | undefined;
   if (http.sign !== undefined && !withoutSecrets) {
     try {
-      sign = resolveSecret(http.sign, `${field}.sign`, env);
+      sign = resolveSecret(http.sign, `${field}.sign`, env, read);
       const problem = signingKeyProblem(sign);
       if (problem !== undefined)
         problems.push(`${field}.sign: ${problem} (try: echo "whsec_$(openssl rand -base64 32)" makes one; give the app the same secret)`);
@@ -213,7 +232,13 @@ function effectEnvProblems(field: string, effect: RouteConfig['effect'], checkPr
   return problems;
 }
 
-export function resolveConfig(json: unknown, file: string, overrides: ConfigOverrides = {}, env: NodeJS.ProcessEnv = process.env): Config {
+export function resolveConfig(
+  json: unknown,
+  file: string,
+  overrides: ConfigOverrides = {},
+  env: NodeJS.ProcessEnv = process.env,
+  read: ReadText = readText,
+): Config {
   const reserved = protoKeys(json);
   if (reserved.length > 0) {
     throw configError(
@@ -269,7 +294,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     for (const [kid, ref] of Object.entries(overrides.withoutSecrets === true ? {} : (options.keys ?? {}))) refs.push([`${field}.keys.${kid}`, ref, kid]);
     try {
       for (const [f, ref, kid] of refs) {
-        const secret = resolveSecret(ref, f, env);
+        const secret = resolveSecret(ref, f, env, read);
         // Usable key bytes, as this provider reads them: never an empty HMAC key.
         const problem = provider.keyProblem?.(secret.reveal(), options);
         if (problem !== undefined) throw configError(`${f}: ${problem}`);
@@ -290,7 +315,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     }
     for (const p of provider.validate?.(options) ?? []) problems.push(`${field}.${p}`);
     if (options.catchUp !== undefined) {
-      const settings = catchUpSettings(name, provider.name, options.catchUp, overrides.withoutSecrets === true, env, problems);
+      const settings = catchUpSettings(name, provider.name, options.catchUp, overrides.withoutSecrets === true, env, read, problems);
       if (settings !== undefined) catchUp.set(name, settings);
     }
     // The literal secret references stay behind: only Secret objects (which never print) go on.
@@ -322,7 +347,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
       if (p !== undefined) problems.push(`${field}.${f}: ${p}`);
     }
     if (route.effect.http !== undefined) {
-      const secrets = httpEffectSecrets(`${field}.effect.http`, route.effect.http, overrides.withoutSecrets === true, env, problems);
+      const secrets = httpEffectSecrets(`${field}.effect.http`, route.effect.http, overrides.withoutSecrets === true, env, read, problems);
       if (secrets !== undefined) httpSecrets.set(route.name, secrets);
     }
     if (route.effect.env !== undefined) problems.push(...effectEnvProblems(`${field}.effect`, route.effect, overrides.withoutSecrets !== true, env));
@@ -331,7 +356,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
   let token: Secret | undefined;
   if (raw.metrics.token !== undefined && overrides.withoutSecrets !== true) {
     try {
-      token = resolveSecret(raw.metrics.token, 'metrics.token', env);
+      token = resolveSecret(raw.metrics.token, 'metrics.token', env, read);
     } catch (e) {
       if (!(e instanceof ReceiverError)) throw e;
       problems.push(e.message);
@@ -341,7 +366,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
   let admin: Config['admin'];
   if (raw.admin !== undefined && overrides.withoutSecrets !== true) {
     try {
-      const adminToken = resolveSecret(raw.admin.token, 'admin.token', env);
+      const adminToken = resolveSecret(raw.admin.token, 'admin.token', env, read);
       const length = adminToken.reveal().length;
       if (length < ADMIN_TOKEN_MIN_LENGTH) {
         problems.push(`admin.token: is ${length} characters long; it must be at least ${ADMIN_TOKEN_MIN_LENGTH} (try: openssl rand -hex 32)`);
@@ -378,6 +403,7 @@ function catchUpSettings(
   c: NonNullable<SourceConfig['catchUp']>,
   withoutSecrets: boolean,
   env: NodeJS.ProcessEnv,
+  read: ReadText,
   problems: string[],
 ): CatchUpSettings | undefined {
   const field = `sources.${name}.catchUp`;
@@ -398,7 +424,7 @@ function catchUpSettings(
   let credential: Secret | undefined;
   if (ref !== undefined && !withoutSecrets) {
     try {
-      credential = resolveSecret(ref, `${field}.${sender.credentialField}`, env);
+      credential = resolveSecret(ref, `${field}.${sender.credentialField}`, env, read);
     } catch (e) {
       if (!(e instanceof ReceiverError)) throw e;
       problems.push(e.message);

@@ -8,6 +8,7 @@
 import { createAdaptorServer } from '@hono/node-server';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { startAlerts, type Alerts } from './alerts/service.js';
 import { startCatchUp, type CatchUpSchedule } from './catchup/schedule.js';
 import { plainApiBases } from './catchup/warnings.js';
 import type { Config } from './config/load.js';
@@ -208,6 +209,8 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
   });
   // Started once the listener is up (below); until then an accepted delivery wakes nothing.
   let drain: Drain | undefined = undefined;
+  // Started with catch-up, after listening; until then a refusal is not counted.
+  let alerts: Alerts | undefined = undefined;
   // Shared by every app a reload builds: ingest's recent outcome for /healthz.
   const health = ingestHealth({ now });
   const appFor = (config: Config, loadedAt: number) =>
@@ -220,6 +223,7 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
       onOutcome: (o) => {
         logDelivery(deliveryLogger, o);
         metrics.observeDelivery(o);
+        alerts?.observeDelivery(o);
       },
       onAccepted: () => drain?.wake(),
       onStoring: () => order.storing(),
@@ -297,6 +301,10 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
       ? startCatchUp({ config, store, logger, now, onStored: () => drain?.wake(), onResult: (r) => metrics.observeCatchUp(r, now()) })
       : undefined;
   let catchUp = catchUpFor(config);
+  // Alerts check the store and tell their destinations in the background (src/alerts/).
+  const alertsFor = (c: Config, env: NodeJS.ProcessEnv): Alerts | undefined =>
+    c.alerts === undefined ? undefined : startAlerts({ config: c, store, logger, now, env, onSend: (o) => metrics.observeAlert(o) });
+  alerts = alertsFor(config, running.env);
 
   const reload = (next: Config, env: NodeJS.ProcessEnv = running.env): ConfigChanges => {
     if (stopping) throw new ReceiverError('runtime', 'the receiver is stopping: the reload was not applied');
@@ -315,6 +323,15 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
       const old = catchUp;
       catchUp = catchUpFor(next);
       void old?.stop();
+    }
+    if (running.config.alerts !== undefined || next.alerts !== undefined) {
+      // Their state is in the store: the new ones start once these stopped (a send in
+      // flight is left to its lease), so two checks never overlap.
+      const old = alerts;
+      alerts = undefined;
+      void (old?.stop() ?? Promise.resolve()).then(() => {
+        if (!stopping) alerts = alertsFor(next, env);
+      });
     }
     running = { config: next, env, loadedAt };
     metrics.configLoaded(loadedAt);
@@ -340,7 +357,7 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
     // 2. The drain stops claiming and lets the running effect finish within the grace
     //    period; beyond it the effect is left to its lease and retried after a restart.
     //    Catch-up stops its timers and aborts its runs in flight (the next start resumes).
-    await Promise.all([closed, drain?.stop(graceMs), catchUp?.stop()]);
+    await Promise.all([closed, drain?.stop(graceMs), catchUp?.stop(), alerts?.stop()]);
     clearTimeout(force);
     // 3. In-flight inserts (group commit) are flushed, then the database is closed.
     try {

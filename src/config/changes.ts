@@ -111,6 +111,7 @@ function secretsByField(config: Config): Map<string, Secret> {
   for (const [name, s] of config.sources) walk({ secrets: s.secrets, keys: s.keys }, `sources.${name}`, new Set());
   for (const [name, c] of config.catchUp) if (c.credential !== undefined) found.set(`sources.${name}.catchUp`, c.credential);
   for (const [name, h] of config.httpSecrets) walk(h, `routes.${name}.effect.http`, new Set());
+  if (config.alerts !== undefined) walk(config.alerts, 'alerts', new Set());
   if (config.metrics.token !== undefined) found.set('metrics.token', config.metrics.token);
   if (config.admin !== undefined) found.set('admin.token', config.admin.token);
   return found;

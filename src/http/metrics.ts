@@ -109,6 +109,7 @@ export class ReceiverMetrics {
   readonly #catchUpLastOk: Gauge<'source'>;
   readonly #reloads: Counter<'result'>;
   readonly #configLoaded: Gauge;
+  readonly #alerts: Counter<'kind' | 'status' | 'destination' | 'result'>;
 
   constructor({ sources = [], routes = [], queue, processMetrics = false, catchUpSources = [], logLinesDropped }: MetricsOptions = {}) {
     const registers = [this.registry];
@@ -181,6 +182,12 @@ export class ReceiverMetrics {
     this.#configLoaded = new Gauge({
       name: 'receiver_config_loaded_timestamp_seconds',
       help: 'When the running configuration was loaded (at start, or by the last successful reload)',
+      registers,
+    });
+    this.#alerts = new Counter({
+      name: 'receiver_alerts_total',
+      help: 'Tries to tell an alert destination, by alert kind, status (firing, resolved), destination and result (sent, failed, suppressed, given_up)',
+      labelNames: ['kind', 'status', 'destination', 'result'],
       registers,
     });
     this.configure({ sources, routes, catchUpSources });
@@ -290,6 +297,11 @@ export class ReceiverMetrics {
     for (const outcome of CATCH_UP_OUTCOMES) this.#catchUpEvents.labels(r.source, outcome).inc(r[CATCH_UP_FIELD[outcome]]);
     this.#catchUpRequests.labels(r.source).inc(r.requests);
     if (r.error === null) this.#catchUpLastOk.labels(r.source).set(now / 1000);
+  }
+
+  /** One try to tell an alert destination (src/alerts/send.ts). */
+  observeAlert(o: { kind: string; status: string; destination: string; result: string }): void {
+    this.#alerts.labels(o.kind, o.status, o.destination, o.result).inc();
   }
 
   text(): Promise<string> {

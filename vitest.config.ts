@@ -23,29 +23,16 @@ export default defineConfig({
       },
       {
         // The single executable, through the same subprocess helpers (test/helpers.ts), from a
-        // directory without node_modules and with no node on PATH: every subcommand, serve,
-        // SIGTERM, PostgreSQL, and what only the executable does (test/binary/).
+        // directory without node_modules and with no node on PATH: what only the executable
+        // does, and one end-to-end session through it (test/binary/executable.test.ts: serve,
+        // ingest, exec/http/module effects, a module host killed at its timeout, SIGTERM,
+        // every subcommand, PostgreSQL), the one-file install, and the drain thread's wake-ups
+        // across the executable's threads. The rest of the CLI runs in the node project: the
+        // executable runs the same code, bundled.
         extends: true,
         test: {
           name: 'binary',
-          include: [
-            'test/binary/executable.test.ts',
-            'test/contrib/one-file-install.test.ts',
-            'test/cli/version.test.ts',
-            'test/cli/serve.test.ts',
-            'test/cli/check-config.test.ts',
-            'test/cli/backup.test.ts',
-            'test/cli/events.test.ts',
-            'test/cli/replay.test.ts',
-            'test/cli/purge.test.ts',
-            'test/cli/stats.test.ts',
-            'test/cli/no-database.test.ts',
-            'test/secrets-leak.test.ts',
-            'test/store/postgres-serve.test.ts',
-            'test/drain/thread.test.ts',
-            'test/effects/hostile-modules.test.ts',
-            'test/catchup/serve.test.ts',
-          ],
+          include: ['test/binary/executable.test.ts', 'test/contrib/one-file-install.test.ts', 'test/drain/thread.test.ts'],
           globalSetup: ['test/binary/global-setup.ts'],
           env: { RECEIVER_TEST_BINARY: BINARY },
         },

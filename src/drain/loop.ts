@@ -40,6 +40,12 @@ export interface Drain {
   wake(): void;
   /** Stops claiming; waits up to graceMs for the running effect, then leaves it to its lease. */
   stop(graceMs: number): Promise<void>;
+  /**
+   * A reloaded configuration (routes, retry, http effects' secrets) and exec effects'
+   * environment: taken in before the next event starts; the running one finishes under
+   * the configuration it started with.
+   */
+  reconfigure(config: Config, execEnv: NodeJS.ProcessEnv): void;
 }
 
 /** After a store error (database busy past its timeout, disk full), wait this long before trying again. */
@@ -94,6 +100,8 @@ export function startDrain(options: DrainOptions): Drain {
   let wakeSleeper: (() => void) | undefined;
   /** Every claim this drain holds: the running event and those claimed ahead. */
   const held = new Map<number, Lease>();
+  /** A reloaded configuration, for the next event to start (reconfigure). */
+  let next: Pick<ProcessContext, 'config' | 'execEnv'> | undefined;
 
   const heartbeat = setInterval(
     () => {
@@ -135,6 +143,10 @@ export function startDrain(options: DrainOptions): Drain {
         await yieldToIo();
         if (stopping) break;
         started++;
+        if (next !== undefined) {
+          Object.assign(ctx, next);
+          next = undefined;
+        }
         await processEvent(ctx, event, abort.signal);
         held.delete(event.id);
       }
@@ -203,6 +215,9 @@ export function startDrain(options: DrainOptions): Drain {
     wake() {
       woken = true;
       wakeSleeper?.();
+    },
+    reconfigure(config: Config, execEnv: NodeJS.ProcessEnv) {
+      next = { config, execEnv };
     },
     async stop(graceMs: number) {
       stopping = true;

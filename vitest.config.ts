@@ -15,6 +15,7 @@ const LONGEST = [
   'test/cli/serve.test.ts',
   'test/reliability/ops.test.ts',
   'test/cli/purge-replay-serve.test.ts',
+  'test/cli/reload.test.ts',
   'test/admin/browser.test.ts',
   'test/reliability/crash.test.ts',
   'test/store/postgres-faults.test.ts',

@@ -8,6 +8,7 @@
 import { createAdaptorServer } from '@hono/node-server';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { startAlerts, type Alerts } from './alerts/service.js';
 import { startCatchUp, type CatchUpSchedule } from './catchup/schedule.js';
 import { plainApiBases } from './catchup/warnings.js';
 import type { Config } from './config/load.js';
@@ -187,6 +188,8 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
   });
   // Started once the listener is up (below); until then an accepted delivery wakes nothing.
   let drain: Drain | undefined = undefined;
+  // Started with catch-up, after listening; until then a refusal is not counted.
+  let alerts: Alerts | undefined = undefined;
   const app = createApp({
     sources: config.sources,
     store,
@@ -195,6 +198,7 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
     onOutcome: (o) => {
       logDelivery(deliveryLogger, o);
       metrics.observeDelivery(o);
+      alerts?.observeDelivery(o);
     },
     onAccepted: () => drain?.wake(),
     onStoring: () => order.storing(),
@@ -266,6 +270,9 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
       ? startCatchUp({ config, store, logger, now, onStored: () => drain?.wake(), onResult: (r) => metrics.observeCatchUp(r, now()) })
       : undefined;
 
+  // Alerts check the store and tell their destinations in the background (src/alerts/).
+  alerts = config.alerts === undefined ? undefined : startAlerts({ config, store, logger, now, onSend: (o) => metrics.observeAlert(o) });
+
   let stopped: Promise<void> | undefined;
   const stop = async (graceMs: number): Promise<void> => {
     stopping = true;
@@ -285,7 +292,7 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
     // 2. The drain stops claiming and lets the running effect finish within the grace
     //    period; beyond it the effect is left to its lease and retried after a restart.
     //    Catch-up stops its timers and aborts its runs in flight (the next start resumes).
-    await Promise.all([closed, drain?.stop(graceMs), catchUp?.stop()]);
+    await Promise.all([closed, drain?.stop(graceMs), catchUp?.stop(), alerts?.stop()]);
     clearTimeout(force);
     // 3. In-flight inserts (group commit) are flushed, then the database is closed.
     try {

@@ -97,3 +97,29 @@ export type LogFormat = (typeof LOG_FORMATS)[number];
 export function isOneOf<T extends string>(words: readonly T[], value: string): value is T {
   return (words as readonly string[]).includes(value);
 }
+
+/**
+ * What an alert is about (`alerts.kind`, a destination's `on`): `dead` (a route of an event
+ * went dead), `failing` (a route failed `failingAfter` attempts in a row), `stuck` (due work
+ * nobody takes), `catch-up` (a catch-up run failed), `ingest` (deliveries refused).
+ */
+export const ALERT_KINDS = ['dead', 'failing', 'stuck', 'catch-up', 'ingest'] as const;
+export type AlertKind = (typeof ALERT_KINDS)[number];
+
+/**
+ * What a message to a destination is about: an alert kind, `summary` (the alerts past a
+ * destination's `maxPerHour`, counted) or `test` (`receiver alerts test`).
+ */
+export type AlertMessageKind = AlertKind | 'summary' | 'test';
+
+/** An alert's status, and the two transitions a destination is told about. */
+export const ALERT_STATUSES = ['firing', 'resolved'] as const;
+export type AlertStatus = (typeof ALERT_STATUSES)[number];
+
+/**
+ * What became of one try to tell a destination (`receiver_alerts_total`'s `result`): `sent`
+ * (2xx, exit 0), `failed` (tried again later), `suppressed` (past `maxPerHour`: counted into
+ * a summary), `given_up` (failed too many times).
+ */
+export const ALERT_SEND_RESULTS = ['sent', 'failed', 'suppressed', 'given_up'] as const;
+export type AlertSendResult = (typeof ALERT_SEND_RESULTS)[number];

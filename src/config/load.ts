@@ -14,11 +14,12 @@ import { resolveSecret, Secret } from './secret.js';
 import { catchUpSenders } from '../catchup/senders.js';
 import { isOneOf, LOG_FORMATS } from '../vocabulary.js';
 import type { CatchUpSettings } from '../catchup/types.js';
+import { alertSettings, type AlertSettings } from './alerts.js';
 
 /** An admin token shorter than this is refused: it is the only thing between the web and replay. */
 const ADMIN_TOKEN_MIN_LENGTH = 32;
 
-export interface Config extends Omit<RawConfig, 'sources' | 'metrics' | 'admin'> {
+export interface Config extends Omit<RawConfig, 'sources' | 'metrics' | 'admin' | 'alerts'> {
   /** Where the configuration came from (for messages). */
   file: string;
   sources: ReadonlyMap<string, ResolvedSource>;
@@ -30,6 +31,8 @@ export interface Config extends Omit<RawConfig, 'sources' | 'metrics' | 'admin'>
   catchUp: ReadonlyMap<string, CatchUpSettings>;
   /** Each http effect's header values and signing secret, resolved, by route name (none when loaded without secrets). */
   httpSecrets: ReadonlyMap<string, HttpSecrets>;
+  /** Set when alerts are on (src/alerts/). */
+  alerts: AlertSettings | undefined;
 }
 
 /** Values from flags; they win over the environment, which wins over the file. */
@@ -140,9 +143,9 @@ const isSecretRef = (value: string) => value.startsWith('env:') || value.startsW
  * references are resolved here (a missing variable or file is this field's error); no
  * message quotes a value. Without secrets (operator commands), nothing is resolved.
  */
-function httpEffectSecrets(
+export function httpEffectSecrets(
   field: string,
-  http: NonNullable<RouteConfig['effect']['http']>,
+  http: Pick<NonNullable<RouteConfig['effect']['http']>, 'headers' | 'sign'>,
   withoutSecrets: boolean,
   env: NodeJS.ProcessEnv,
   problems: string[],
@@ -352,6 +355,8 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     }
   }
 
+  const alerts = raw.alerts === undefined ? undefined : alertSettings(raw.alerts, overrides.withoutSecrets === true, env, problems);
+
   if (problems.length > 0)
     throw configError(`${file}: invalid configuration\n${problems.join('\n')}`, 'fix the fields named above, then run `receiver check-config`');
 
@@ -368,6 +373,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     admin,
     catchUp,
     httpSecrets,
+    alerts,
   };
 }
 

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { LOG_BUFFER_BYTES } from '../log.js';
-import { LOG_FORMATS } from '../vocabulary.js';
+import { ALERT_KINDS, LOG_FORMATS } from '../vocabulary.js';
 
 /**
  * The configuration file's shape (the README's Configuration section). Every object is strict: an unknown
@@ -110,6 +110,44 @@ const routeSchema = z.strictObject({
   effect: effectSchema,
 });
 
+/** Where alerts go: an HTTP endpoint (a chat's incoming webhook, ntfy) or a command (sendmail). */
+const alertDestinationSchema = z
+  .strictObject({
+    name: z.string().regex(/^[A-Za-z0-9_.-]+$/, 'use letters, digits, "_", "-" and "." only'),
+    http: z
+      .strictObject({
+        /** A secret reference (env:NAME, file:PATH) or a literal http(s) URL: a chat's webhook URL is a credential. */
+        url: secretRef,
+        format: z.enum(['json', 'slack', 'discord', 'text']).default('json'),
+        /** Values are literals, or secret references resolved at load. */
+        headers: z.record(z.string(), z.string()).optional(),
+        /** Sign each alert (Standard Webhooks) with this `whsec_<base64>` secret, as the http effect does. */
+        sign: secretRef.optional(),
+      })
+      .optional(),
+    /** argv (no shell); the alert's text on stdin, its fields in RECEIVER_ALERT_* variables. */
+    exec: z.array(z.string().min(1)).min(1).optional(),
+    /** The kinds this destination is told about; default every kind. */
+    on: z.array(z.enum(ALERT_KINDS)).min(1).optional(),
+    /** One try, connection to answer (or the command's run). */
+    timeoutSeconds: z.number().positive().max(300).default(10),
+  })
+  .refine((d) => (d.http === undefined) !== (d.exec === undefined), { message: 'set exactly one of "http" or "exec"' });
+
+const alertsSchema = z.strictObject({
+  /** A route that failed this many attempts in a row, across events, is `failing`. */
+  failingAfter: z.number().int().positive().default(3),
+  /** Due work (or an expired lease) untouched this long is `stuck`. */
+  stuckMinutes: z.number().positive().default(15),
+  /** Alerts per destination per hour; past it, one summary instead. */
+  maxPerHour: z.number().int().positive().default(20),
+  /** The admin pages' public URL: an alert about an event links to its page. */
+  adminUrl: httpUrl().optional(),
+  /** How often serve looks for failures to alert about and sends what is due. */
+  checkSeconds: z.number().positive().max(3600).default(10),
+  destinations: z.array(alertDestinationSchema).min(1),
+});
+
 /** A user name as useradd takes it. */
 export const USER_NAME = /^[A-Za-z_][A-Za-z0-9_.-]*\$?$/;
 
@@ -166,6 +204,8 @@ export const configSchema = z.strictObject({
     .default({ enabled: true }),
   /** The admin pages and API at /admin on the serve listener; absent: off. */
   admin: z.strictObject({ token: secretRef }).optional(),
+  /** Alerts to a chat, a mailbox or a command when routes fail, work is stuck, catch-up or ingest fails; absent: off. */
+  alerts: alertsSchema.optional(),
   /** SIGTERM: how long the running effect may finish before we leave it to its lease. */
   shutdownGraceSeconds: z.number().nonnegative().default(10),
   /** Slow or stalled clients are cut off after this long. */
@@ -175,3 +215,4 @@ export const configSchema = z.strictObject({
 export type RawConfig = z.infer<typeof configSchema>;
 export type SourceConfig = z.infer<typeof sourceSchema>;
 export type RouteConfig = z.infer<typeof routeSchema>;
+export type AlertsConfig = z.infer<typeof alertsSchema>;

@@ -67,11 +67,9 @@ const PIPES_CLOSE_MS = 1000;
 
 /**
  * Runs an argv (no shell) with the raw body on stdin. Exit 0 is success; anything else is
- * a retryable failure. The command runs in its own process group, so a timeout kills
- * everything it started (SIGKILL to -pid), not just the first process.
+ * a retryable failure (see runCommand).
  */
 export function runExec(req: ExecRequest): Promise<EffectResult> {
-  const [file, ...args] = req.argv;
   // Receiver's own event variables only: RECEIVER_* settings never come from baseEnv.
   const env: NodeJS.ProcessEnv = {
     ...pickEnvironment(req.baseEnv, req.passEnv ?? []),
@@ -84,6 +82,29 @@ export function runExec(req: ExecRequest): Promise<EffectResult> {
     RECEIVER_RUN_KEY: req.runKey ?? req.effectKey,
     RECEIVER_ATTEMPT: String(req.attempt),
   };
+  return runCommand({ argv: req.argv, env, stdin: req.event.body, timeoutMs: req.timeoutMs, signal: req.signal, cwd: req.cwd });
+}
+
+export interface CommandRequest {
+  argv: readonly string[];
+  /** The command's whole environment. */
+  env: NodeJS.ProcessEnv;
+  stdin: Buffer;
+  timeoutMs: number;
+  /** Aborted: the process group is killed like a timeout. */
+  signal?: AbortSignal | undefined;
+  cwd?: string | undefined;
+}
+
+/**
+ * Runs an argv (no shell) with `stdin`, bounded: exit 0 is success, anything else a
+ * retryable failure; only the output's tail is kept. The command runs in its own process
+ * group, so a timeout kills everything it started (SIGKILL to -pid), not just the first
+ * process. An exec effect's run, an exec alert destination's.
+ */
+export function runCommand(req: CommandRequest): Promise<EffectResult> {
+  const [file, ...args] = req.argv;
+  const env = req.env;
   return new Promise((resolve) => {
     const tail = new OutputTail();
     let settled = false;
@@ -150,6 +171,6 @@ export function runExec(req: ExecRequest): Promise<EffectResult> {
 
     // A command that does not read its stdin closes the pipe early: not a failure.
     child.stdin!.on('error', () => {});
-    child.stdin!.end(req.event.body);
+    child.stdin!.end(req.stdin);
   });
 }

@@ -106,6 +106,7 @@ export class ReceiverMetrics {
   readonly #catchUpEvents: Counter<'source' | 'outcome'>;
   readonly #catchUpRequests: Counter<'source'>;
   readonly #catchUpLastOk: Gauge<'source'>;
+  readonly #alerts: Counter<'kind' | 'status' | 'destination' | 'result'>;
 
   constructor({ sources = [], routes = [], queue, processMetrics = false, catchUpSources = [], logLinesDropped }: MetricsOptions = {}) {
     const registers = [this.registry];
@@ -175,6 +176,12 @@ export class ReceiverMetrics {
       this.#catchUpRequests.labels(source).inc(0);
       this.#catchUpLastOk.labels(source).set(0);
     }
+    this.#alerts = new Counter({
+      name: 'receiver_alerts_total',
+      help: 'Tries to tell an alert destination, by alert kind, status (firing, resolved), destination and result (sent, failed, suppressed, given_up)',
+      labelNames: ['kind', 'status', 'destination', 'result'],
+      registers,
+    });
     for (const source of this.#sources) {
       for (const outcome of DELIVERY_OUTCOMES) this.#deliveries.labels(source, outcome).inc(0);
     }
@@ -255,6 +262,11 @@ export class ReceiverMetrics {
     for (const outcome of CATCH_UP_OUTCOMES) this.#catchUpEvents.labels(r.source, outcome).inc(r[CATCH_UP_FIELD[outcome]]);
     this.#catchUpRequests.labels(r.source).inc(r.requests);
     if (r.error === null) this.#catchUpLastOk.labels(r.source).set(now / 1000);
+  }
+
+  /** One try to tell an alert destination (src/alerts/send.ts). */
+  observeAlert(o: { kind: string; status: string; destination: string; result: string }): void {
+    this.#alerts.labels(o.kind, o.status, o.destination, o.result).inc();
   }
 
   text(): Promise<string> {

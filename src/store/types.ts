@@ -1,6 +1,7 @@
 import type { DrainStore } from './drain-types.js';
 import type { OpsStore } from './ops-types.js';
 import type { CatchUpStore } from './catch-up-types.js';
+import type { AlertStore } from './alert-types.js';
 
 /**
  * Glossary (store)
@@ -75,6 +76,8 @@ export interface IngestStore {
 
 export interface Store extends IngestStore, DrainStore, OpsStore, CatchUpStore {
   readonly backend: 'sqlite' | 'postgres';
+  /** Alerts' reads and writes (alert-steps.ts). */
+  readonly alerts: AlertStore;
   /**
    * Resolves when an insert could commit now (GET /healthz), waiting no longer than an
    * insert would (busyTimeoutMs); rejects with an `unavailable` ReceiverError otherwise.

@@ -158,6 +158,8 @@ export async function terminateReceiverConnections(db: TestDatabase, state?: str
 }
 
 export interface LoadResult {
+  /** How many of the deliveries the senders took (sent at least once). */
+  sent: number;
   /** delivery id -> event id, from every 2xx answer. */
   acked: Map<string, number>;
   /** HTTP status -> count, every answer (retries included). */
@@ -171,19 +173,20 @@ export interface LoadResult {
 /**
  * Sends `deliveries` from `concurrency` senders, each retrying a 503 after `retryMs`
  * (not the Retry-After of 5 s: the test is bounded in time) until `deadline`. A
- * delivery that never got a 2xx is simply not acknowledged.
+ * delivery that never got a 2xx is simply not acknowledged. With `until`, the senders
+ * take no new delivery once it returns true (a delivery already taken is still sent
+ * until answered): the load lasts as long as the test needs it.
  */
 export async function sendLoad(
   url: string,
   deliveries: readonly Delivery[],
-  options: { concurrency: number; retryMs: number; deadline: number; pauseMs?: number },
+  options: { concurrency: number; retryMs: number; deadline: number; pauseMs?: number; until?: () => boolean },
 ): Promise<LoadResult> {
-  const result: LoadResult = { acked: new Map(), statuses: new Map(), without503RetryAfter: 0, noAnswer: 0 };
-  let next = 0;
+  const result: LoadResult = { sent: 0, acked: new Map(), statuses: new Map(), without503RetryAfter: 0, noAnswer: 0 };
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
   const sender = async () => {
-    while (next < deliveries.length && Date.now() < options.deadline) {
-      const d = deliveries[next++]!;
+    while (result.sent < deliveries.length && Date.now() < options.deadline && options.until?.() !== true) {
+      const d = deliveries[result.sent++]!;
       while (Date.now() < options.deadline) {
         let res: Response;
         try {

@@ -3,6 +3,9 @@ import { StoreBase } from '../store-base.js';
 import type { SharedOps } from '../ops-steps.js';
 import type { CatchUpStore } from '../catch-up-types.js';
 import { catchUpOn } from './catch-up.js';
+import { alertsOn } from '../alert-steps.js';
+import type { AlertStore } from '../alert-types.js';
+import { dialect } from './steps.js';
 import type { IngestResult, NewEvent, OpenStoreOptions, Store } from '../types.js';
 import { Conn } from './conn.js';
 import { PostgresDrainBackend } from './drain-backend.js';
@@ -28,6 +31,8 @@ export class PostgresStore extends StoreBase implements Store {
   protected readonly sharedOps: SharedOps;
   /** Catch-up's operations (see ./catch-up.ts). */
   protected readonly catchUp: CatchUpStore;
+  /** Alerts' operations. */
+  readonly alerts: AlertStore;
   #closing = false;
 
   private constructor(conn: Conn) {
@@ -36,6 +41,7 @@ export class PostgresStore extends StoreBase implements Store {
     this.#drain = new PostgresDrainBackend(conn);
     this.sharedOps = ops.sharedOpsOn(conn);
     this.catchUp = catchUpOn(conn);
+    this.alerts = alertsOn(dialect, ops.stepRunner(conn));
     this.#group = new GroupCommit((items) => ingestBatch(this.#conn, items));
   }
 

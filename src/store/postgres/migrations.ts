@@ -182,8 +182,50 @@ INSERT INTO body_keys (source, body_sha256, event_id, expires_at)
   },
   {
     version: 8,
+    name: 'alerts',
+    // As SQLite's version 8: alerts, their sends, and the index the failing check reads.
+    sql: `
+CREATE TABLE alerts (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  alert_key text NOT NULL,
+  kind text NOT NULL,
+  status text NOT NULL CHECK (status IN ('firing', 'resolved')),
+  summary text NOT NULL,
+  source text,
+  route text,
+  event_id bigint,
+  delivery_id text,
+  error text,
+  fired_at bigint NOT NULL,
+  resolved_at bigint
+);
+CREATE UNIQUE INDEX alerts_firing ON alerts (alert_key) WHERE status = 'firing';
+CREATE INDEX alerts_key ON alerts (alert_key, id);
+CREATE TABLE alert_sends (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  alert_id bigint NOT NULL,
+  transition text NOT NULL CHECK (transition IN ('firing', 'resolved')),
+  destination text NOT NULL,
+  status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'sending', 'sent', 'suppressed', 'failed')),
+  attempts integer NOT NULL DEFAULT 0,
+  next_attempt_at bigint NOT NULL,
+  lease_owner text,
+  lease_expires_at bigint,
+  sent_at bigint,
+  last_error text,
+  summary_id bigint,
+  UNIQUE (alert_id, transition, destination)
+);
+CREATE INDEX alert_sends_due ON alert_sends (next_attempt_at) WHERE status IN ('pending', 'sending');
+CREATE INDEX alert_sends_sent ON alert_sends (destination, sent_at) WHERE status = 'sent';
+CREATE INDEX alert_sends_suppressed ON alert_sends (destination, id) WHERE status = 'suppressed' AND summary_id IS NULL;
+CREATE INDEX attempts_route ON attempts (route, id);
+`,
+  },
+  {
+    version: 9,
     name: 'units and lanes',
-    // As SQLite's version 8: one unit of work per (event, route), in a lane; events planned by the drain.
+    // As SQLite's version 9: one unit of work per (event, route), in a lane; events planned by the drain.
     sql: `
 ALTER TABLE events ADD COLUMN planned integer NOT NULL DEFAULT 0;
 CREATE TABLE units (

@@ -8,6 +8,9 @@ import * as ops from './ops.js';
 import type { SharedOps } from '../ops-steps.js';
 import type { CatchUpStore } from '../catch-up-types.js';
 import { catchUpOn } from './catch-up.js';
+import { alertsOn } from '../alert-steps.js';
+import type { AlertStore } from '../alert-types.js';
+import { dialect } from './steps.js';
 import { IngestThread } from './ingest-thread.js';
 import { openSqlite, type Db } from './open.js';
 import { queueStats } from './queue-stats.js';
@@ -52,6 +55,8 @@ export class SqliteStore extends StoreBase implements Store {
   protected readonly sharedOps: SharedOps;
   /** Catch-up's operations, on the ingest connection (see ./catch-up.ts). */
   protected readonly catchUp: CatchUpStore;
+  /** Alerts' operations, on the ingest connection, waiting for the write lock like catch-up's. */
+  readonly alerts: AlertStore;
   readonly #group: GroupCommit<NewEvent, IngestResult>;
   readonly #thread: IngestThread | undefined;
   #closed = false;
@@ -70,6 +75,7 @@ export class SqliteStore extends StoreBase implements Store {
     this.#ingest = ingestStatements(this.db);
     this.sharedOps = ops.sharedOpsOn(this.db);
     this.catchUp = catchUpOn(this.db, options.busyTimeoutMs);
+    this.alerts = alertsOn(dialect, ops.stepRunner(this.db, options.busyTimeoutMs));
     this.ingestWaiting = options.ingestWaiting ?? (options.ingestThread === true ? new SharedArrayBuffer(4) : undefined);
     this.#thread = options.ingestThread === true ? new IngestThread(path, options.busyTimeoutMs, this.ingestWaiting) : undefined;
     this.#wal = options.explicitSync === true ? new WalSync(path) : undefined;

@@ -217,6 +217,53 @@ INSERT OR IGNORE INTO body_keys (source, body_sha256, event_id, expires_at)
   },
   {
     version: 8,
+    name: 'alerts',
+    // alerts: one row per alert (an alert key's firing, until it is resolved); at most one
+    // firing row per key (alerts_firing), so of several receivers that see the same failure
+    // one stores it. alert_sends: one row per alert, transition (firing, resolved) and
+    // destination, claimed under a lease like an event, so each goes out once; `suppressed`
+    // past the destination's maxPerHour, counted into a summary (summary_id) instead.
+    // attempts_route: the failing check reads each route's newest attempts.
+    sql: `
+CREATE TABLE alerts (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  alert_key TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('firing', 'resolved')),
+  summary TEXT NOT NULL,
+  source TEXT,
+  route TEXT,
+  event_id INTEGER,
+  delivery_id TEXT,
+  error TEXT,
+  fired_at INTEGER NOT NULL,
+  resolved_at INTEGER
+);
+CREATE UNIQUE INDEX alerts_firing ON alerts (alert_key) WHERE status = 'firing';
+CREATE INDEX alerts_key ON alerts (alert_key, id);
+CREATE TABLE alert_sends (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  alert_id INTEGER NOT NULL,
+  transition TEXT NOT NULL CHECK (transition IN ('firing', 'resolved')),
+  destination TEXT NOT NULL,
+  status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'sending', 'sent', 'suppressed', 'failed')),
+  attempts INTEGER NOT NULL DEFAULT 0,
+  next_attempt_at INTEGER NOT NULL,
+  lease_owner TEXT,
+  lease_expires_at INTEGER,
+  sent_at INTEGER,
+  last_error TEXT,
+  summary_id INTEGER,
+  UNIQUE (alert_id, transition, destination)
+);
+CREATE INDEX alert_sends_due ON alert_sends (next_attempt_at) WHERE status IN ('pending', 'sending');
+CREATE INDEX alert_sends_sent ON alert_sends (destination, sent_at) WHERE status = 'sent';
+CREATE INDEX alert_sends_suppressed ON alert_sends (destination, id) WHERE status = 'suppressed' AND summary_id IS NULL;
+CREATE INDEX attempts_route ON attempts (route, id);
+`,
+  },
+  {
+    version: 9,
     name: 'units and lanes',
     // One unit of work per (event, route) that applies: its own status, attempts, next
     // attempt, lease and last error, in a lane (the route's `lane`, by default its name).

@@ -106,7 +106,10 @@ const routeSchema = z.strictObject({
   key: z.string().min(1),
   version: z.string().min(1).optional(),
   /** The lane the route's effects run in: one at a time per lane, lanes side by side. Default: the route's name. */
-  lane: z.string().regex(/^[A-Za-z0-9_.-]+$/, 'use letters, digits, "_", "-" and "." only').optional(),
+  lane: z
+    .string()
+    .regex(/^[A-Za-z0-9_.-]+$/, 'use letters, digits, "_", "-" and "." only')
+    .optional(),
   effect: effectSchema,
 });
 

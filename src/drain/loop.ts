@@ -142,7 +142,6 @@ export function startDrain(options: DrainOptions): Drain {
     return Math.min(config.drain.pollMs, Math.max(0, due - now()));
   };
 
-
   /** Runs one lane's claimed units one after another; frees the lane at the end. */
   const runLane = async (units: readonly ClaimedUnit[]) => {
     let started = 0;
@@ -162,7 +161,8 @@ export function startDrain(options: DrainOptions): Drain {
       });
     } catch (e) {
       // The unit that failed midway is left to its lease (no longer renewed here).
-      if (isReceiverError(e, 'unavailable')) logger.warn({ err: e.message, lane: units[0]?.lane }, 'drain: database unavailable; the lane is left to its lease');
+      if (isReceiverError(e, 'unavailable'))
+        logger.warn({ err: e.message, lane: units[0]?.lane }, 'drain: database unavailable; the lane is left to its lease');
       else logger.error({ err: e, lane: units[0]?.lane }, 'drain step failed; the lane is left to its lease');
     } finally {
       // Claimed ahead but not started (stopping, or a step failed): back to pending at once,
@@ -185,7 +185,10 @@ export function startDrain(options: DrainOptions): Drain {
   const run = async () => {
     await takeBackClaims(store, id, now, logger);
     await store.assignLanes(new Map(config.routes.map((r) => [r.name, laneOf(r)]))).catch((e: unknown) => {
-      logger.warn({ err: e instanceof Error ? e.message : String(e) }, 'drain: could not move pending work to its route\'s lane; it runs in the lane it was planned in');
+      logger.warn(
+        { err: e instanceof Error ? e.message : String(e) },
+        "drain: could not move pending work to its route's lane; it runs in the lane it was planned in",
+      );
     });
     while (!stopping) {
       woken = false;
@@ -204,7 +207,9 @@ export function startDrain(options: DrainOptions): Drain {
           const byLane = new Map<string, ClaimedUnit[]>();
           for (const u of units) {
             held.set(u.unitId, u.lease);
-            byLane.get(u.lane)?.push(u) ?? byLane.set(u.lane, [u]);
+            const batch = byLane.get(u.lane);
+            if (batch === undefined) byLane.set(u.lane, [u]);
+            else batch.push(u);
           }
           for (const [lane, batch] of byLane) lanes.set(lane, runLane(batch));
         }

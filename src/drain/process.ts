@@ -148,7 +148,15 @@ export async function processUnit(ctx: ProcessContext, unit: ClaimedUnit, signal
     }
     if (plan.kind === 'failure') {
       const at = ctx.now();
-      const record = { eventId: unit.id, attempt: unit.attempt, route: unit.route, outcome: 'failed' as const, error: plan.error, startedAt: at, finishedAt: at };
+      const record = {
+        eventId: unit.id,
+        attempt: unit.attempt,
+        route: unit.route,
+        outcome: 'failed' as const,
+        error: plan.error,
+        startedAt: at,
+        finishedAt: at,
+      };
       await persist(ctx, 'record attempt', unit.id, signal, () => ctx.store.recordAttempt(record));
       report(ctx, unit, unit.route, undefined, 'failed', false, 0, plan.error);
       return await settleUnit(ctx, unit, { route: unit.route, error: plan.error, retryable: true }, signal, outcome);

@@ -396,7 +396,19 @@ describe('receiver serve (child process)', () => {
     expect(failed).toMatchObject({ level: 'warn', eventId: 2, effectKey: 'fails:2', outcome: 'failed', error: `${dir}/fails.sh exited with code 3` });
 
     const events = lines.filter((l) => l.msg === 'event done' || l.msg === 'event dead');
-    expect(keys(events.find((l) => l.msg === 'event done'))).toEqual(['attempt', 'deliveryId', 'eventId', 'lane', 'level', 'msg', 'pid', 'route', 'source', 'status', 'time']);
+    expect(keys(events.find((l) => l.msg === 'event done'))).toEqual([
+      'attempt',
+      'deliveryId',
+      'eventId',
+      'lane',
+      'level',
+      'msg',
+      'pid',
+      'route',
+      'source',
+      'status',
+      'time',
+    ]);
     const dead = events.find((l) => l.msg === 'event dead');
     expect(keys(dead)).toEqual(['attempt', 'deliveryId', 'error', 'eventId', 'lane', 'level', 'msg', 'pid', 'route', 'source', 'status', 'time']);
     expect(dead).toMatchObject({ level: 'error', eventId: 2, deliveryId: '1:d-ping', status: 'dead', attempt: 1 });

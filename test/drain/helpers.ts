@@ -8,7 +8,6 @@ import { createLogger } from '../../src/log.js';
 import type { SqliteStore } from '../../src/store/sqlite/index.js';
 import type { NewEvent } from '../../src/store/types.js';
 
-
 /** A clock tests move by hand. */
 export function clock(start = Date.now()) {
   let t = start;
@@ -117,8 +116,7 @@ export function inspect(path: string) {
       },
     unit: (eventId: number, route: string) =>
       db.prepare('SELECT * FROM units WHERE event_id = ? AND route = ?').get(eventId, route) as
-        | (Record<string, unknown> & { status: string; attempts: number; lane: string; lease_owner: string | null; replays: number })
-        | undefined,
+        (Record<string, unknown> & { status: string; attempts: number; lane: string; lease_owner: string | null; replays: number }) | undefined,
     effect: (key: string) =>
       db.prepare('SELECT * FROM effects WHERE effect_key = ?').get(key) as
         | (Record<string, unknown> & { status: string; runs: number; version: string | null; forced_runs: number; last_error: string | null; event_id: number })

@@ -41,7 +41,13 @@ describe('lanes (receiver serve processes)', () => {
       sources: { shop },
       routes: [
         { name: 'deploy', source: 'shop', events: ['push'], key: '{body.commit}', effect: { exec: locked(tmp.dir, log, 8), timeoutSeconds: 30 } },
-        { name: 'licence', source: 'shop', events: ['order.paid'], key: '{body.order}', effect: { exec: ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"', 'sh', licences] } },
+        {
+          name: 'licence',
+          source: 'shop',
+          events: ['order.paid'],
+          key: '{body.order}',
+          effect: { exec: ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"', 'sh', licences] },
+        },
       ],
     });
     const serve = await startServe(file);

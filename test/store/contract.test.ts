@@ -329,14 +329,25 @@ describe.each(backends)('$name store contract', (backend) => {
       const decisions = 'deploy: applies (key "c1")\nlicence: applies (key "cus_1")';
       await store.planEvents(
         [
-          { eventId: a.eventId, units: [{ route: 'deploy', lane: 'deploys' }, { route: 'licence', lane: 'licence' }], decisions },
+          {
+            eventId: a.eventId,
+            units: [
+              { route: 'deploy', lane: 'deploys' },
+              { route: 'licence', lane: 'licence' },
+            ],
+            decisions,
+          },
           { eventId: b.eventId, units: [], decisions: 'deploy: event type "ping" not in [push]' },
         ],
         T0 + SEC,
       );
       expect(await store.unplannedEvents(10)).toEqual([]);
       expect(await store.getEvent(a.eventId)).toMatchObject({ status: 'pending', routeDecisions: decisions.split('\n') });
-      expect(await store.getEvent(b.eventId)).toMatchObject({ status: 'done', finishedAt: T0 + SEC, routeDecisions: ['deploy: event type "ping" not in [push]'] });
+      expect(await store.getEvent(b.eventId)).toMatchObject({
+        status: 'done',
+        finishedAt: T0 + SEC,
+        routeDecisions: ['deploy: event type "ping" not in [push]'],
+      });
       // A second receiver planning the same event (it read it before the first planned it) changes nothing.
       await store.planEvents([{ eventId: a.eventId, units: [{ route: 'other', lane: 'other' }], decisions: 'other: applies' }], T0);
       const units = await store.claimUnits('d', T0, LEASE, { busyLanes: [], lanes: 8, perLane: 8 });
@@ -425,7 +436,10 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await store.getEvent(ids[2]!))!.leaseExpiresAt).toBe(T0 + LEASE);
 
       // Stopping before b was started: b is pending again, its claim not counted; the thief's claim stays.
-      await store.releaseUnits(batch.slice(1).map((e) => e.lease), T0);
+      await store.releaseUnits(
+        batch.slice(1).map((e) => e.lease),
+        T0,
+      );
       expect(await store.getEvent(ids[1]!)).toMatchObject({ status: 'pending', attempts: 0, leaseOwner: null });
       expect(await store.getEvent(ids[2]!)).toMatchObject({ status: 'processing', leaseOwner: 'thief' });
       expect((await claimMany(store, 'batch-4', T0 + 20 * SEC, LEASE, 8)).map((e) => [e.id, e.attempt])).toEqual([[ids[1], 1]]);

@@ -55,7 +55,7 @@ const statements = memo((d: Dialect) => {
           SELECT id, lane FROM units${d.indexedBy('units_leased')} WHERE status = 'processing' AND lease_expires_at <= ${p()}
         ) AS due
         WHERE lane NOT IN (${d.textList(p())}) AND lane NOT IN (${running(p)})
-        GROUP BY lane ORDER BY min(id)${d.tryLockLane === undefined ? "" : " OFFSET 0"}
+        GROUP BY lane ORDER BY min(id)${d.tryLockLane === undefined ? '' : ' OFFSET 0'}
       ) AS candidates${d.tryLockLane === undefined ? '' : ` WHERE ${d.tryLockLane('lane')}`} LIMIT ${p()}`,
     ),
     claim: sqlText(

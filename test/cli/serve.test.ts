@@ -136,7 +136,11 @@ describe('receiver serve (child process)', () => {
     expect(tookMs).toBeLessThan(4000);
     const conn = new Database(db, { readonly: true });
     // Still claimed: another process (or this one restarted) takes it when the lease expires.
-    const row = conn.prepare('SELECT status, lease_expires_at FROM events').get() as { status: string; lease_expires_at: number };
+    // The lease is the unit's (one route of the event); the event's status says it is claimed.
+    const row = conn.prepare('SELECT e.status, u.lease_expires_at FROM events e JOIN units u ON u.event_id = e.id').get() as {
+      status: string;
+      lease_expires_at: number;
+    };
     conn.close();
     expect(row.status).toBe('processing');
     expect(row.lease_expires_at).toBeGreaterThan(Date.now());
@@ -373,6 +377,7 @@ describe('receiver serve (child process)', () => {
       'eventId',
       'eventType',
       'forced',
+      'lane',
       'level',
       'msg',
       'outcome',

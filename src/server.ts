@@ -12,12 +12,14 @@ import { startAlerts, type Alerts } from './alerts/service.js';
 import { startCatchUp, type CatchUpSchedule } from './catchup/schedule.js';
 import { plainApiBases } from './catchup/warnings.js';
 import type { Config } from './config/load.js';
+import { assertReloadable, configChanges, type ConfigChanges } from './config/changes.js';
 import { isPostgresUrl } from './config/database.js';
 import { describeConfig } from './config/describe.js';
 import { ReceiverError } from './errors.js';
 import type { Drain } from './drain/loop.js';
 import { startDrainThread } from './drain/thread.js';
 import { createApp } from './http/app.js';
+import { ingestHealth } from './http/health.js';
 import { DrainLinesAfterDeliveries, logDelivery } from './http/delivery-log.js';
 import { metricsRoute, ReceiverMetrics, type QueueSnapshot } from './http/metrics.js';
 import { createLogger, logStyle, redactUrl, stderrWriter, type LineSink, type Logger, type LogStyle } from './log.js';
@@ -45,6 +47,8 @@ export interface ReceiverOptions {
    * exits for systemd to restart it.
    */
   onFatal?: (e: Error) => void;
+  /** The environment the configuration was resolved against (the environment file's variables under the real ones); default process.env. */
+  env?: NodeJS.ProcessEnv;
 }
 
 export interface Receiver {
@@ -52,6 +56,16 @@ export interface Receiver {
   address: { host: string; port: number; url: string };
   store: Store;
   metrics: ReceiverMetrics;
+  /** The configuration running now, and when it was loaded (ms since the epoch). */
+  current(): { config: Config; loadedAt: number };
+  /**
+   * Takes in a reloaded configuration, validated by the caller (assertRunnable), at once:
+   * requests already being read finish under the old one, new ones get the new one; the
+   * drain takes it for the next event it starts; catch-up runs restart when their
+   * settings changed. Throws a `config` error, with nothing applied, when it changes
+   * what needs a restart (assertReloadable). Returns what changed, by name.
+   */
+  reload(config: Config, env?: NodeJS.ProcessEnv): ConfigChanges;
   /**
    * Stops accepting, lets in-flight requests and the running effect finish within
    * `graceMs` (default `shutdownGraceSeconds`), ends the catch-up runs, then closes the database. Rejects when
@@ -118,6 +132,13 @@ export function startupWarnings(
     }
   }
   return warnings;
+}
+
+/** Whether a reload changed a source with catch-up, or its credential: its schedule starts again. */
+function catchUpChanged(changes: ConfigChanges, running: Config, next: Config): boolean {
+  const names = new Set([...running.catchUp.keys(), ...next.catchUp.keys()]);
+  const { added, removed, changed } = changes.sources;
+  return [...added, ...removed, ...changed].some((n) => names.has(n)) || changes.secretsRotated.some((f) => f.endsWith('.catchUp'));
 }
 
 /** Why listen() failed, in words, and what to do about it. */
@@ -190,25 +211,34 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
   let drain: Drain | undefined = undefined;
   // Started with catch-up, after listening; until then a refusal is not counted.
   let alerts: Alerts | undefined = undefined;
-  const app = createApp({
-    sources: config.sources,
-    store,
-    maxBodyBytes: config.maxBodyBytes,
-    now,
-    onOutcome: (o) => {
-      logDelivery(deliveryLogger, o);
-      metrics.observeDelivery(o);
-      alerts?.observeDelivery(o);
-    },
-    onAccepted: () => drain?.wake(),
-    onStoring: () => order.storing(),
-    routes: config.routes,
-    onError: (e) => logger.error({ err: e }, 'request failed'),
-    ...(config.metrics.enabled ? { extend: metricsRoute(metrics, { token: config.metrics.token }) } : {}),
-    // The admin pages and API at /admin, on this listener, only when admin.token is set.
-    ...(config.admin === undefined ? {} : { admin: { config, token: config.admin.token, now } }),
-  });
-  const server = createAdaptorServer({ fetch: app.fetch, serverOptions: serverTimeouts(config) }) as Server;
+  // Shared by every app a reload builds: ingest's recent outcome for /healthz.
+  const health = ingestHealth({ now });
+  const appFor = (config: Config, loadedAt: number) =>
+    createApp({
+      sources: config.sources,
+      store,
+      maxBodyBytes: config.maxBodyBytes,
+      now,
+      health,
+      onOutcome: (o) => {
+        logDelivery(deliveryLogger, o);
+        metrics.observeDelivery(o);
+        alerts?.observeDelivery(o);
+      },
+      onAccepted: () => drain?.wake(),
+      onStoring: () => order.storing(),
+      routes: config.routes,
+      onError: (e) => logger.error({ err: e }, 'request failed'),
+      ...(config.metrics.enabled ? { extend: metricsRoute(metrics, { token: config.metrics.token }) } : {}),
+      // The admin pages and API at /admin, on this listener, only when admin.token is set.
+      ...(config.admin === undefined ? {} : { admin: { config, token: config.admin.token, now, configLoadedAt: loadedAt } }),
+    });
+  // What runs now. A request is handed to the app current when it arrives and finishes in
+  // it: a reload swaps in a new app, built whole from the new configuration, for the next one.
+  let running = { config, env: options.env ?? process.env, loadedAt: now() };
+  let app = appFor(config, running.loadedAt);
+  metrics.configLoaded(running.loadedAt);
+  const server = createAdaptorServer({ fetch: (request: Request, env: unknown) => app.fetch(request, env), serverOptions: serverTimeouts(config) }) as Server;
   // Answers not yet sent, so a shutdown can ask each keep-alive client to disconnect.
   let stopping = false;
   const unanswered = new Set<ServerResponse>();
@@ -242,6 +272,7 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
         onEvent: (e) => metrics.observeEvent(e),
         onFailure: options.onFatal ?? ((e) => logger.fatal({ err: e }, 'drain thread failed')),
         ingestWaiting: store.ingestWaiting,
+        env: running.env,
       });
     } catch (e) {
       await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -265,13 +296,47 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
   );
   // In the background, after listening: a run never delays ingest, and a refused credential
   // is logged, never fatal. A run that stored events wakes the drain.
-  const catchUp: CatchUpSchedule | undefined =
+  const catchUpFor = (config: Config): CatchUpSchedule | undefined =>
     config.catchUp.size > 0
       ? startCatchUp({ config, store, logger, now, onStored: () => drain?.wake(), onResult: (r) => metrics.observeCatchUp(r, now()) })
       : undefined;
-
+  let catchUp = catchUpFor(config);
   // Alerts check the store and tell their destinations in the background (src/alerts/).
-  alerts = config.alerts === undefined ? undefined : startAlerts({ config, store, logger, now, onSend: (o) => metrics.observeAlert(o) });
+  const alertsFor = (c: Config, env: NodeJS.ProcessEnv): Alerts | undefined =>
+    c.alerts === undefined ? undefined : startAlerts({ config: c, store, logger, now, env, onSend: (o) => metrics.observeAlert(o) });
+  alerts = alertsFor(config, running.env);
+
+  const reload = (next: Config, env: NodeJS.ProcessEnv = running.env): ConfigChanges => {
+    if (stopping) throw new ReceiverError('runtime', 'the receiver is stopping: the reload was not applied');
+    assertReloadable(running.config, next);
+    const changes = configChanges(running, { config: next, env });
+    const loadedAt = now();
+    // Built before anything is swapped: a failure here leaves the old configuration running.
+    const nextApp = appFor(next, loadedAt);
+    for (const w of startupWarnings(next)) logger.warn(w.fields, w.message);
+    metrics.configure({ sources: next.sources.keys(), routes: next.routes.map((r) => r.name), catchUpSources: next.catchUp.keys() });
+    app = nextApp;
+    Object.assign(server, serverTimeouts(next));
+    drain?.reconfigure(next, env);
+    if (catchUpChanged(changes, running.config, next)) {
+      // A run in flight is aborted; the next one resumes from the stored cursor.
+      const old = catchUp;
+      catchUp = catchUpFor(next);
+      void old?.stop();
+    }
+    if (running.config.alerts !== undefined || next.alerts !== undefined) {
+      // Their state is in the store: the new ones start once these stopped (a send in
+      // flight is left to its lease), so two checks never overlap.
+      const old = alerts;
+      alerts = undefined;
+      void (old?.stop() ?? Promise.resolve()).then(() => {
+        if (!stopping) alerts = alertsFor(next, env);
+      });
+    }
+    running = { config: next, env, loadedAt };
+    metrics.configLoaded(loadedAt);
+    return changes;
+  };
 
   let stopped: Promise<void> | undefined;
   const stop = async (graceMs: number): Promise<void> => {
@@ -306,6 +371,8 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
     address,
     store,
     metrics,
-    stop: (graceMs = config.shutdownGraceSeconds * 1000) => (stopped ??= stop(graceMs)),
+    current: () => ({ config: running.config, loadedAt: running.loadedAt }),
+    reload,
+    stop: (graceMs = running.config.shutdownGraceSeconds * 1000) => (stopped ??= stop(graceMs)),
   };
 }

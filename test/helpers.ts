@@ -276,10 +276,12 @@ export function startServe(
     wrap?: string[];
     /** bin/receiver.js elsewhere (receiverForNobody's) */
     bin?: string;
+    /** false: no `--port 0`, the configuration's port is used */
+    portFlag?: boolean;
   } = {},
 ): Promise<ServeProcess> {
   return new Promise((resolve, reject) => {
-    const run = receiverCommand(['serve', '-c', configFile, '--port', '0', ...(options.args ?? [])], options);
+    const run = receiverCommand(['serve', '-c', configFile, ...(options.portFlag === false ? [] : ['--port', '0']), ...(options.args ?? [])], options);
     const runArgs = options.bin === undefined ? run.args : run.args.map((a) => (a === BIN ? options.bin! : a));
     const [file, ...args] = [...(options.wrap ?? []), run.file, ...runArgs] as [string, ...string[]];
     const child = spawn(file, args, { cwd: run.cwd, env: run.env, stdio: ['ignore', 'pipe', 'pipe'] });

@@ -19,6 +19,21 @@ export interface IngestState {
   refusingSince: number | undefined;
   lastError: string | undefined;
   lastAcceptedAt: number | undefined;
+  /** Destinations told of this refusal directly, while the database could not store the alert, and what they were told. */
+  told: Set<string>;
+  toldFacts: (AlertFacts & { kind: 'ingest' }) | undefined;
+}
+
+/** The `ingest` alert while deliveries have been refused for a minute; undefined otherwise. */
+export function ingestAlert(ingest: IngestState, now: number): (AlertFacts & { kind: 'ingest' }) | undefined {
+  if (ingest.refusingSince === undefined || now - ingest.refusingSince < INGEST_REFUSED_MS) return undefined;
+  const minutes = Math.max(1, Math.floor((now - ingest.refusingSince) / 60_000));
+  return {
+    key: 'ingest',
+    kind: 'ingest',
+    summary: `Deliveries have been refused (503) for ${minutes} minute${minutes === 1 ? '' : 's'}: senders are retrying, and may give up. Is the database reachable and writable?`,
+    error: ingest.lastError,
+  };
 }
 
 export interface DetectOptions {
@@ -34,6 +49,8 @@ export interface DetectOptions {
 export interface DetectResult {
   fired: AlertFacts[];
   resolved: string[];
+  /** The `ingest` alert is due but the database refused to store it. */
+  ingestUnstored: boolean;
 }
 
 /**
@@ -43,12 +60,12 @@ export interface DetectResult {
  * so several receivers checking at once alert once.
  */
 export async function detect({ settings, store, routes, catchUp, ingest, now }: DetectOptions): Promise<DetectResult> {
-  const result: DetectResult = { fired: [], resolved: [] };
+  const result: DetectResult = { fired: [], resolved: [], ingestUnstored: false };
   const firing = new Set((await store.alerts.firingAlerts()).map((a) => a.key));
   const destinationsFor = (kind: AlertKind) => settings.destinations.filter((d) => d.on.includes(kind)).map((d) => d.name);
-  const fire = async (f: AlertFacts & { kind: AlertKind }) => {
+  const fire = async (f: AlertFacts & { kind: AlertKind }, told: readonly string[] = []) => {
     if (firing.has(f.key)) return;
-    if (await store.alerts.fireAlert(f, destinationsFor(f.kind), now)) result.fired.push(f);
+    if (await store.alerts.fireAlert(f, destinationsFor(f.kind), now, told)) result.fired.push(f);
   };
   const resolve = async (key: string) => {
     if (!firing.has(key)) return;
@@ -121,13 +138,22 @@ export async function detect({ settings, store, routes, catchUp, ingest, now }: 
   }
 
   // ingest: deliveries refused (503) for a minute; resolved once deliveries are accepted again.
-  if (ingest.refusingSince !== undefined && now - ingest.refusingSince >= INGEST_REFUSED_MS) {
-    await fire({
-      key: 'ingest',
-      kind: 'ingest',
-      summary: `Deliveries have been refused (503) for ${Math.max(1, minutes(ingest.refusingSince))} minutes: senders are retrying, and may give up.`,
-      error: ingest.lastError,
-    });
-  } else if (ingest.refusingSince === undefined && ingest.lastAcceptedAt !== undefined) await resolve('ingest');
+  const refused = ingestAlert(ingest, now);
+  if (refused !== undefined) {
+    try {
+      await fire(refused, [...ingest.told]);
+    } catch {
+      // The database refuses this write too: serve tells the destinations directly.
+      result.ingestUnstored = true;
+    }
+  } else {
+    // Told directly and over before the database stored it: stored now, so it resolves.
+    if (ingest.toldFacts !== undefined && ingest.told.size > 0 && !firing.has('ingest')) {
+      if (await store.alerts.fireAlert(ingest.toldFacts, destinationsFor('ingest'), now, [...ingest.told])) firing.add('ingest');
+    }
+    ingest.told.clear();
+    ingest.toldFacts = undefined;
+    if (ingest.refusingSince === undefined && ingest.lastAcceptedAt !== undefined) await resolve('ingest');
+  }
   return result;
 }

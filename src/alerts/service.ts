@@ -4,8 +4,9 @@ import type { Config } from '../config/load.js';
 import type { DeliveryOutcome } from '../http/ingest.js';
 import type { Logger } from '../log.js';
 import type { Store } from '../store/types.js';
-import { detect, type IngestState } from './detect.js';
-import { configSecrets, SecretScrubber } from './message.js';
+import { deliver } from './deliver.js';
+import { detect, ingestAlert, type IngestState } from './detect.js';
+import { alertMessage, configSecrets, SecretScrubber } from './message.js';
 import { sendDue, type AlertSendObservation } from './send.js';
 
 export interface AlertsOptions {
@@ -37,7 +38,29 @@ export function startAlerts({ config, store, logger, now = Date.now, env, onSend
   const settings = config.alerts!;
   const scrubber = new SecretScrubber(configSecrets(config));
   const owner = `${hostname()}:${process.pid}:alerts:${randomBytes(4).toString('hex')}`;
-  const ingest: IngestState = { refusingSince: undefined, lastError: undefined, lastAcceptedAt: undefined };
+  const ingest: IngestState = { refusingSince: undefined, lastError: undefined, lastAcceptedAt: undefined, told: new Set(), toldFacts: undefined };
+
+  /**
+   * Deliveries are refused and the database will not store the alert either (it is what
+   * refuses them): each destination is told directly, once, and the alert is stored as
+   * sent to it once the database takes it.
+   */
+  const tellDirectly = async () => {
+    const at = now();
+    const facts = ingestAlert(ingest, at);
+    if (facts === undefined) return;
+    const message = alertMessage(facts, 'firing', at, settings.adminUrl, scrubber);
+    ingest.toldFacts ??= facts;
+    for (const d of settings.destinations) {
+      if (!d.on.includes('ingest') || ingest.told.has(d.name) || abort.signal.aborted) continue;
+      const r = await deliver(d, message, `ingest:${ingest.refusingSince}:${d.name}`, at, { ...(env === undefined ? {} : { env }), signal: abort.signal });
+      if (r.ok) {
+        ingest.told.add(d.name);
+        onSend?.({ kind: 'ingest', status: 'firing', destination: d.name, result: 'sent' });
+        logger.warn({ alert: 'ingest', destination: d.name }, 'alert sent directly: the database cannot store it');
+      } else onSend?.({ kind: 'ingest', status: 'firing', destination: d.name, result: 'failed' });
+    }
+  };
   const abort = new AbortController();
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> | undefined;
@@ -45,7 +68,11 @@ export function startAlerts({ config, store, logger, now = Date.now, env, onSend
 
   const check = async () => {
     try {
-      const r = await detect({ settings, store, routes: config.routes, catchUp: config.catchUp, ingest, now: now() });
+      const r = await detect({ settings, store, routes: config.routes, catchUp: config.catchUp, ingest, now: now() }).catch(async (e: unknown) => {
+        await tellDirectly();
+        throw e;
+      });
+      if (r.ingestUnstored) await tellDirectly();
       for (const f of r.fired) logger.warn({ alert: f.key, kind: f.kind, summary: scrubber.scrub(f.summary) }, 'alert firing');
       for (const key of r.resolved) logger.info({ alert: key }, 'alert resolved');
       await sendDue({

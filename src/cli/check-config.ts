@@ -1,13 +1,12 @@
 import type { Command } from 'commander';
 import { describeConfig } from '../config/describe.js';
 import { isPostgresUrl } from '../config/database.js';
-import { preflight } from '../config/preflight.js';
+import { assertRunnable } from '../config/check.js';
 import { exposedSecretFiles } from '../config/secret-files.js';
 import { configuredExposure } from '../config/service-user.js';
 import { plainApiBases } from '../catchup/warnings.js';
-import { configError } from '../errors.js';
 import { processUser } from '../store/sqlite/open.js';
-import { addCommonOptions, configFrom, printJson, type CommonOptions } from './common.js';
+import { addCommonOptions, configAndEnvFrom, printJson, type CommonOptions } from './common.js';
 import type { CliIo } from './io.js';
 
 interface CheckConfigOptions extends CommonOptions {
@@ -27,16 +26,10 @@ export function registerCheckConfig(program: Command, io: CliIo): void {
  * cannot write: see preflight); else the resolved configuration, secrets hidden.
  */
 async function checkConfig(options: CheckConfigOptions, io: CliIo): Promise<void> {
-  const config = configFrom(options, io.env);
-  const problems = await preflight(config, { cwd: process.cwd(), env: io.env });
-  if (problems.length > 0) {
-    throw configError(
-      `${config.file}: ${problems.length === 1 ? 'a problem' : `${problems.length} problems`} found (checked as ${processUser()}, nothing was run)\n${problems.join('\n')}`,
-      "fix what is named above; run check-config as the service's user (contrib/receiver.sh does), whose permissions are the ones that count",
-    );
-  }
+  const { config, env } = configAndEnvFrom(options, io.env);
+  await assertRunnable(config, { cwd: process.cwd(), env });
   // Valid, but a secret every user can read: said on stderr, as ssh does; still exit 0.
-  for (const f of exposedSecretFiles(config, io.env)) io.stderr.write(`Warning: ${f.message}\n`);
+  for (const f of exposedSecretFiles(config)) io.stderr.write(`Warning: ${f.message}\n`);
   const exposure = configuredExposure(config);
   if (exposure !== undefined) io.stderr.write(`Warning: ${exposure.message}; ${exposure.fix}\n`);
   for (const w of plainApiBases(config.catchUp)) io.stderr.write(`Warning: ${w.message}\n`);

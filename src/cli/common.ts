@@ -1,5 +1,5 @@
 import { InvalidArgumentError, type Command } from 'commander';
-import { loadConfig, type Config, type ConfigOverrides } from '../config/load.js';
+import { loadConfigAndEnv, type Config, type ConfigOverrides } from '../config/load.js';
 import { becomeServiceUser } from '../config/service-user.js';
 import { isPostgresUrl } from '../config/database.js';
 import { openStore } from '../store/open.js';
@@ -11,16 +11,18 @@ import { CONTROL_IN_JSON } from '../printable.js';
 
 export { printable } from '../printable.js';
 
-/** Options every subcommand takes (-c/--config, --db). */
+/** Options every subcommand takes (-c/--config, --db, --env-file). */
 export interface CommonOptions {
   config?: string;
   db?: string;
+  envFile?: string;
 }
 
 export function addCommonOptions(cmd: Command): Command {
   return cmd
     .option('-c, --config <file>', 'configuration file (default ./receiver.config.json or $RECEIVER_CONFIG)')
-    .option('--db <path-or-url>', 'database file or postgres:// URL (overrides "database"; also $RECEIVER_DB)');
+    .option('--db <path-or-url>', 'database file or postgres:// URL (overrides "database"; also $RECEIVER_DB)')
+    .option('--env-file <file>', 'NAME=value lines read as environment variables under the real ones (overrides "envFile"; also $RECEIVER_ENV_FILE)');
 }
 
 export function configFrom(
@@ -28,6 +30,14 @@ export function configFrom(
   env: NodeJS.ProcessEnv,
   load: { secrets?: boolean } = {},
 ): Config {
+  return configAndEnvFrom(options, env, load).config;
+}
+
+/** The flags as configuration overrides (serve reloads with the same ones). */
+export function overridesFrom(
+  options: CommonOptions & Omit<ConfigOverrides, 'config' | 'db' | 'withoutSecrets'>,
+  load: { secrets?: boolean } = {},
+): ConfigOverrides {
   const overrides: ConfigOverrides = load.secrets === false ? { withoutSecrets: true } : {};
   if (options.config !== undefined) overrides.config = options.config;
   if (options.db !== undefined) overrides.db = options.db;
@@ -36,12 +46,22 @@ export function configFrom(
   if (options.logLevel !== undefined) overrides.logLevel = options.logLevel;
   if (options.logFormat !== undefined) overrides.logFormat = options.logFormat;
   if (options.user !== undefined) overrides.user = options.user;
-  const config = loadConfig(overrides, env);
+  if (options.envFile !== undefined) overrides.envFile = options.envFile;
+  return overrides;
+}
+
+/** configFrom, with the environment the configuration was resolved against (the environment file's variables under the real ones). */
+export function configAndEnvFrom(
+  options: CommonOptions & Omit<ConfigOverrides, 'config' | 'db' | 'withoutSecrets'>,
+  env: NodeJS.ProcessEnv,
+  load: { secrets?: boolean } = {},
+): { config: Config; env: NodeJS.ProcessEnv } {
+  const loaded = loadConfigAndEnv(overridesFrom(options, load), env);
   // Configuration and secrets are read; a process started as root now becomes the
   // service's user. Only the process's own environment means a real process: a command a
   // test runs in-process never changes the test runner's user.
-  if (env === process.env) becomeServiceUser(config.user);
-  return config;
+  if (env === process.env) becomeServiceUser(loaded.config.user);
+  return loaded;
 }
 
 /** For one-shot commands: SQLite waits for the lock the whole busy timeout (no server to keep responsive). */

@@ -302,7 +302,11 @@ export async function showEvent(idText: string, options: ShowOptions, io: CliIo)
       hint: 'list recent events with `receiver events list`',
     });
   }
-  const json = detailJson(event, config.sources);
+  const detail = detailJson(event, config.sources);
+  // Routes this event has work or attempts of that the configuration no longer has (a
+  // reload removed them): that work stays as it is, and says so.
+  const configured = new Set(config.routes.map((r) => r.name));
+  const json = { ...detail, routesNotConfigured: [...new Set(detail.attemptLog.map((a) => a.route))].filter((r) => !configured.has(r)) };
   if (options.json === true) return printJson(io.stdout, json);
   io.stdout.write(describeEvent(json));
 }
@@ -347,7 +351,7 @@ function bodyLines(b: { headers: Record<string, string> | null; body: string | n
   return { lines: printable(indented ?? b.body, { keepLines: true }).split('\n'), indented: indented !== undefined };
 }
 
-function describeEvent(e: ReturnType<typeof detailJson>): string {
+function describeEvent(e: ReturnType<typeof detailJson> & { routesNotConfigured: string[] }): string {
   // Every value a sender chose (ids, type, headers, body, effect keys, errors and output
   // quoting them) goes through printable(): text output is read in a terminal.
   const out: string[] = [
@@ -360,6 +364,8 @@ function describeEvent(e: ReturnType<typeof detailJson>): string {
   ];
   if (e.lastError !== null) out.push(`  last error: ${oneLine(e.lastError, 200)}`);
   out.push(...routesSection(e));
+  for (const r of e.routesNotConfigured)
+    out.push(`  route ${p(r)}: no longer configured (its work here stays as it is; a replay runs the routes configured now)`);
   out.push('headers:');
   if (e.headers === null) out.push('  (dropped by purge --bodies-days)');
   else for (const [k, v] of Object.entries(e.headers)) out.push(`  ${p(k)}: ${p(v)}`);

@@ -3,6 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { ReceiverError } from '../errors.js';
+import { registerAlerts } from './alerts.js';
 import { registerBackup } from './backup.js';
 import { registerCatchUp } from './catch-up.js';
 import { registerCheckConfig } from './check-config.js';
@@ -85,6 +86,7 @@ function buildProgram(io: CliIo = processIo()): Command {
   registerCatchUp(program, io);
   registerBackup(program, io);
   registerContrib(program, io);
+  registerAlerts(program, io);
   // Every subcommand reports bad flags through the same exit path.
   for (const cmd of program.commands) cmd.exitOverride();
   return program;

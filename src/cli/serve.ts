@@ -1,9 +1,14 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { exposedSecretFiles } from '../config/secret-files.js';
-import { exposureWarning } from '../config/service-user.js';
+import { becomeServiceUser, exposureWarning } from '../config/service-user.js';
+import { assertRunnable } from '../config/check.js';
+import { unchanged, type ConfigChanges } from '../config/changes.js';
+import { loadConfigAndEnv, type Config } from '../config/load.js';
+import { startPrivilegedReader } from '../config/reader.js';
+import { readText } from '../config/secret.js';
 import { createLogger, logStyle, stderrWriter } from '../log.js';
 import { startReceiver } from '../server.js';
-import { addCommonOptions, configFrom, type CommonOptions } from './common.js';
+import { addCommonOptions, overridesFrom, type CommonOptions } from './common.js';
 import type { CliIo } from './io.js';
 
 interface ServeOptions extends CommonOptions {
@@ -19,9 +24,25 @@ function portNumber(value: string): number {
   return Number(value);
 }
 
+/** The `config reloaded` line's fields: what changed, by name; lists left out when empty. */
+function changedFields(c: ConfigChanges): Record<string, string[]> {
+  const fields: Record<string, string[]> = {
+    sourcesAdded: c.sources.added,
+    sourcesRemoved: c.sources.removed,
+    sourcesChanged: c.sources.changed,
+    routesAdded: c.routes.added,
+    routesRemoved: c.routes.removed,
+    routesChanged: c.routes.changed,
+    secretsRotated: c.secretsRotated,
+    environment: c.environment,
+    settings: c.settings,
+  };
+  return Object.fromEntries(Object.entries(fields).filter(([, v]) => v.length > 0));
+}
+
 export function registerServe(program: Command, io: CliIo): void {
   addCommonOptions(program.command('serve'))
-    .description('HTTP ingress and the drain, in one process; SIGTERM stops it cleanly')
+    .description('HTTP ingress and the drain, in one process; SIGHUP reloads the configuration, SIGTERM stops it cleanly')
     .option('--host <host>', 'address to listen on (overrides "host"; also $RECEIVER_HOST)')
     .option('--port <port>', 'port to listen on, 0 for any free port (overrides "port"; also $RECEIVER_PORT)', portNumber)
     .option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent (overrides "log.level"; also $RECEIVER_LOG_LEVEL)')
@@ -36,7 +57,13 @@ export function registerServe(program: Command, io: CliIo): void {
  * a failed start. What belongs to the process is here: exiting on a bug, and SIGTERM/SIGINT.
  */
 export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
-  const config = configFrom(options, io.env);
+  const overrides = overridesFrom(options);
+  const loaded = loadConfigAndEnv(overrides, io.env);
+  const config = loaded.config;
+  // Started as root with a service user: the reader of what a reload reads stays root
+  // (see src/config/reader.ts); then this process becomes the service's user.
+  const files = io.env === process.env && config.user !== undefined && process.geteuid?.() === 0 ? await startPrivilegedReader(overrides) : undefined;
+  if (io.env === process.env) becomeServiceUser(config.user);
   // Every line goes through the process's stderr writer: bounded, never blocking ingest,
   // written out on exit (process.exit included).
   const style = logStyle(config.log.format, io.stderr, io.env);
@@ -55,11 +82,56 @@ export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
   // Module code runs in the module host, never here: a rejection nobody handled is a bug.
   process.on('unhandledRejection', crash('unhandled promise rejection'));
 
-  for (const f of exposedSecretFiles(config, io.env)) logger.warn({ file: f.path, mode: f.mode.toString(8).padStart(4, '0'), fix: f.fix }, f.message);
+  const exposedFiles = (c: Config) => {
+    for (const f of exposedSecretFiles(c)) logger.warn({ file: f.path, mode: f.mode.toString(8).padStart(4, '0'), fix: f.fix }, f.message);
+  };
+  exposedFiles(config);
   const exposure = exposureWarning(config);
   if (exposure !== undefined) logger.warn({ fix: exposure.fix }, exposure.message);
 
-  const receiver = await startReceiver(config, { logger, deliveryLogger, logStyle: style, processMetrics: true, onFatal: crash('drain thread failed') });
+  const receiver = await startReceiver(config, {
+    logger,
+    deliveryLogger,
+    logStyle: style,
+    processMetrics: true,
+    onFatal: crash('drain thread failed'),
+    env: loaded.env,
+  });
+
+  // SIGHUP: the configuration file, the environment file and every `file:` secret are
+  // read again and checked as check-config checks them; only then is the new
+  // configuration swapped in. A configuration that fails any of it leaves the running one
+  // as it is. Reloads run one at a time; signals meanwhile make one more.
+  const reloadOnce = async () => {
+    try {
+      const next = loadConfigAndEnv(overrides, io.env, files === undefined ? readText : await files.read());
+      await assertRunnable(next.config, { cwd: process.cwd(), env: next.env });
+      const changes = receiver.reload(next.config, next.env);
+      receiver.metrics.observeReload('ok');
+      logger.info({ file: next.config.file, ...changedFields(changes) }, unchanged(changes) ? 'config reloaded: nothing changed' : 'config reloaded');
+      exposedFiles(next.config);
+    } catch (e) {
+      receiver.metrics.observeReload('error');
+      const err = e as { message?: unknown; hint?: unknown };
+      logger.error({ err: String(err.message ?? e), ...(typeof err.hint === 'string' ? { hint: err.hint } : {}) }, 'config reload failed');
+    }
+  };
+  let reloading: Promise<void> | undefined;
+  let again = false;
+  const reload = () => {
+    if (reloading !== undefined) {
+      again = true;
+      return;
+    }
+    reloading = (async () => {
+      do {
+        again = false;
+        await reloadOnce();
+      } while (again && !stopping);
+      reloading = undefined;
+    })();
+  };
+  process.on('SIGHUP', reload);
 
   let stopping = false;
   const stop = async (signal: string) => {
@@ -70,7 +142,7 @@ export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
       process.exit(1);
     }
     stopping = true;
-    const graceMs = config.shutdownGraceSeconds * 1000;
+    const graceMs = receiver.current().config.shutdownGraceSeconds * 1000;
     const started = io.now();
     logger.info({ signal, graceMs }, 'shutting down');
     let code = 0;

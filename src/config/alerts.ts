@@ -2,7 +2,7 @@ import { ReceiverError } from '../errors.js';
 import { ALERT_KINDS, type AlertKind } from '../vocabulary.js';
 import { httpEffectSecrets } from './load.js';
 import type { AlertsConfig } from './schema.js';
-import { resolveSecret, Secret } from './secret.js';
+import { resolveSecret, Secret, type ReadText } from './secret.js';
 
 /** An alert destination, its secrets resolved (none when loaded without secrets). */
 export interface AlertDestination {
@@ -43,7 +43,13 @@ const isHttpUrl = (text: string) => {
  * a chat's webhook URL is a credential, never quoted in a message), headers and signing
  * secret. Problems are pushed, each naming its field.
  */
-export function alertSettings(raw: AlertsConfig, withoutSecrets: boolean, env: NodeJS.ProcessEnv, problems: string[]): AlertSettings | undefined {
+export function alertSettings(
+  raw: AlertsConfig,
+  withoutSecrets: boolean,
+  env: NodeJS.ProcessEnv,
+  read: ReadText,
+  problems: string[],
+): AlertSettings | undefined {
   const found = problems.length;
   const names = new Set<string>();
   const destinations = raw.destinations.map((d, i): AlertDestination => {
@@ -56,14 +62,14 @@ export function alertSettings(raw: AlertsConfig, withoutSecrets: boolean, env: N
     let url: Secret | undefined;
     if (!withoutSecrets || !(http.url.startsWith('env:') || http.url.startsWith('file:'))) {
       try {
-        url = resolveSecret(http.url, `${field}.http.url`, env);
+        url = resolveSecret(http.url, `${field}.http.url`, env, read);
         if (!isHttpUrl(url.reveal())) problems.push(`${field}.http.url: must be an http:// or https:// URL (the value is not quoted: it may hold a token)`);
       } catch (e) {
         if (!(e instanceof ReceiverError)) throw e;
         problems.push(e.message + (e.hint === undefined ? '' : ` (try: ${e.hint})`));
       }
     }
-    const secrets = httpEffectSecrets(`${field}.http`, http, withoutSecrets, env, problems);
+    const secrets = httpEffectSecrets(`${field}.http`, http, withoutSecrets, env, read, problems);
     return { ...base, http: { url, format: http.format, headers: secrets?.headers ?? {}, sign: secrets?.sign } };
   });
   if (problems.length > found) return undefined;

@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { z } from 'zod';
 import { configError, ReceiverError } from '../errors.js';
@@ -10,7 +9,8 @@ import { checkTemplate } from '../template.js';
 import { configSchema, HEADER_NAME, USER_NAME, type RawConfig, type RouteConfig, type SourceConfig } from './schema.js';
 import { isPostgresUrl } from './database.js';
 import { locateJsonError } from './json-position.js';
-import { resolveSecret, Secret } from './secret.js';
+import { readText, resolveSecret, Secret, type ReadText } from './secret.js';
+import { withEnvFile } from './env-file.js';
 import { catchUpSenders } from '../catchup/senders.js';
 import { isOneOf, LOG_FORMATS } from '../vocabulary.js';
 import type { CatchUpSettings } from '../catchup/types.js';
@@ -22,6 +22,8 @@ const ADMIN_TOKEN_MIN_LENGTH = 32;
 export interface Config extends Omit<RawConfig, 'sources' | 'metrics' | 'admin' | 'alerts'> {
   /** Where the configuration came from (for messages). */
   file: string;
+  /** The environment file read with it (serve --env-file, $RECEIVER_ENV_FILE or `envFile`), if any. */
+  envFile?: string | undefined;
   sources: ReadonlyMap<string, ResolvedSource>;
   routes: RouteConfig[];
   metrics: { enabled: boolean; token: Secret | undefined };
@@ -45,6 +47,8 @@ export interface ConfigOverrides {
   logFormat?: string;
   /** The service's user (serve --user). */
   user?: string;
+  /** serve --env-file: wins over $RECEIVER_ENV_FILE and `envFile`. */
+  envFile?: string;
   /**
    * Operator commands (events, stats, replay, purge) verify nothing: they load the
    * configuration without resolving secrets, so they run without the service's secrets.
@@ -67,11 +71,23 @@ function describeIssue(issue: z.core.$ZodIssue): string {
 }
 
 /** Reads, validates and resolves the configuration. Throws `config` errors naming the field. */
-export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessEnv = process.env): Config {
+export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessEnv = process.env, read: ReadText = readText): Config {
+  return loadConfigAndEnv(overrides, env, read).config;
+}
+
+/**
+ * loadConfig, with the environment it was resolved against: `env` with the environment
+ * file's variables under it (its own win). serve gives it to the effects.
+ */
+export function loadConfigAndEnv(
+  overrides: ConfigOverrides = {},
+  env: NodeJS.ProcessEnv = process.env,
+  read: ReadText = readText,
+): { config: Config; env: NodeJS.ProcessEnv } {
   const file = overrides.config ?? env.RECEIVER_CONFIG ?? DEFAULT_CONFIG_FILE;
   let text: string;
   try {
-    text = readFileSync(file, 'utf8');
+    text = read(file);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     throw configError(
@@ -92,7 +108,9 @@ export function loadConfig(overrides: ConfigOverrides = {}, env: NodeJS.ProcessE
       `fix the JSON syntax at line ${at.line}, column ${at.column} (a trailing comma or a missing comma on the line before is a common cause)`,
     );
   }
-  return resolveConfig(json, file, overrides, env);
+  const withFile = withEnvFile(json, overrides, env, read);
+  const config = resolveConfig(json, file, overrides, withFile.env, read);
+  return { config: withFile.path === undefined ? config : { ...config, envFile: withFile.path }, env: withFile.env };
 }
 
 /**
@@ -148,6 +166,7 @@ export function httpEffectSecrets(
   http: Pick<NonNullable<RouteConfig['effect']['http']>, 'headers' | 'sign'>,
   withoutSecrets: boolean,
   env: NodeJS.ProcessEnv,
+  read: ReadText,
   problems: string[],
 ): HttpSecrets | undefined {
   const found = problems.length;
@@ -167,7 +186,7 @@ export function httpEffectSecrets(
     if (withoutSecrets && isSecretRef(ref)) continue;
     let value: Secret;
     try {
-      value = isSecretRef(ref) ? resolveSecret(ref, f, env) : new Secret(ref);
+      value = isSecretRef(ref) ? resolveSecret(ref, f, env, read) : new Secret(ref);
     } catch (e) {
       if (!(e instanceof ReceiverError)) throw e;
       problems.push(e.message + (e.hint === undefined ? '' : ` (try: ${e.hint})`));
@@ -180,7 +199,7 @@ export function httpEffectSecrets(
   let sign: Secret | undefined;
   if (http.sign !== undefined && !withoutSecrets) {
     try {
-      sign = resolveSecret(http.sign, `${field}.sign`, env);
+      sign = resolveSecret(http.sign, `${field}.sign`, env, read);
       const problem = signingKeyProblem(sign);
       if (problem !== undefined)
         problems.push(`${field}.sign: ${problem} (try: echo "whsec_$(openssl rand -base64 32)" makes one; give the app the same secret)`);
@@ -216,7 +235,13 @@ function effectEnvProblems(field: string, effect: RouteConfig['effect'], checkPr
   return problems;
 }
 
-export function resolveConfig(json: unknown, file: string, overrides: ConfigOverrides = {}, env: NodeJS.ProcessEnv = process.env): Config {
+export function resolveConfig(
+  json: unknown,
+  file: string,
+  overrides: ConfigOverrides = {},
+  env: NodeJS.ProcessEnv = process.env,
+  read: ReadText = readText,
+): Config {
   const reserved = protoKeys(json);
   if (reserved.length > 0) {
     throw configError(
@@ -272,7 +297,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     for (const [kid, ref] of Object.entries(overrides.withoutSecrets === true ? {} : (options.keys ?? {}))) refs.push([`${field}.keys.${kid}`, ref, kid]);
     try {
       for (const [f, ref, kid] of refs) {
-        const secret = resolveSecret(ref, f, env);
+        const secret = resolveSecret(ref, f, env, read);
         // Usable key bytes, as this provider reads them: never an empty HMAC key.
         const problem = provider.keyProblem?.(secret.reveal(), options);
         if (problem !== undefined) throw configError(`${f}: ${problem}`);
@@ -293,7 +318,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     }
     for (const p of provider.validate?.(options) ?? []) problems.push(`${field}.${p}`);
     if (options.catchUp !== undefined) {
-      const settings = catchUpSettings(name, provider.name, options.catchUp, overrides.withoutSecrets === true, env, problems);
+      const settings = catchUpSettings(name, provider.name, options.catchUp, overrides.withoutSecrets === true, env, read, problems);
       if (settings !== undefined) catchUp.set(name, settings);
     }
     // The literal secret references stay behind: only Secret objects (which never print) go on.
@@ -325,7 +350,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
       if (p !== undefined) problems.push(`${field}.${f}: ${p}`);
     }
     if (route.effect.http !== undefined) {
-      const secrets = httpEffectSecrets(`${field}.effect.http`, route.effect.http, overrides.withoutSecrets === true, env, problems);
+      const secrets = httpEffectSecrets(`${field}.effect.http`, route.effect.http, overrides.withoutSecrets === true, env, read, problems);
       if (secrets !== undefined) httpSecrets.set(route.name, secrets);
     }
     if (route.effect.env !== undefined) problems.push(...effectEnvProblems(`${field}.effect`, route.effect, overrides.withoutSecrets !== true, env));
@@ -334,7 +359,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
   let token: Secret | undefined;
   if (raw.metrics.token !== undefined && overrides.withoutSecrets !== true) {
     try {
-      token = resolveSecret(raw.metrics.token, 'metrics.token', env);
+      token = resolveSecret(raw.metrics.token, 'metrics.token', env, read);
     } catch (e) {
       if (!(e instanceof ReceiverError)) throw e;
       problems.push(e.message);
@@ -344,7 +369,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
   let admin: Config['admin'];
   if (raw.admin !== undefined && overrides.withoutSecrets !== true) {
     try {
-      const adminToken = resolveSecret(raw.admin.token, 'admin.token', env);
+      const adminToken = resolveSecret(raw.admin.token, 'admin.token', env, read);
       const length = adminToken.reveal().length;
       if (length < ADMIN_TOKEN_MIN_LENGTH) {
         problems.push(`admin.token: is ${length} characters long; it must be at least ${ADMIN_TOKEN_MIN_LENGTH} (try: openssl rand -hex 32)`);
@@ -355,7 +380,7 @@ export function resolveConfig(json: unknown, file: string, overrides: ConfigOver
     }
   }
 
-  const alerts = raw.alerts === undefined ? undefined : alertSettings(raw.alerts, overrides.withoutSecrets === true, env, problems);
+  const alerts = raw.alerts === undefined ? undefined : alertSettings(raw.alerts, overrides.withoutSecrets === true, env, read, problems);
 
   if (problems.length > 0)
     throw configError(`${file}: invalid configuration\n${problems.join('\n')}`, 'fix the fields named above, then run `receiver check-config`');
@@ -384,6 +409,7 @@ function catchUpSettings(
   c: NonNullable<SourceConfig['catchUp']>,
   withoutSecrets: boolean,
   env: NodeJS.ProcessEnv,
+  read: ReadText,
   problems: string[],
 ): CatchUpSettings | undefined {
   const field = `sources.${name}.catchUp`;
@@ -404,7 +430,7 @@ function catchUpSettings(
   let credential: Secret | undefined;
   if (ref !== undefined && !withoutSecrets) {
     try {
-      credential = resolveSecret(ref, `${field}.${sender.credentialField}`, env);
+      credential = resolveSecret(ref, `${field}.${sender.credentialField}`, env, read);
     } catch (e) {
       if (!(e instanceof ReceiverError)) throw e;
       problems.push(e.message);

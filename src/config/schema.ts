@@ -161,6 +161,11 @@ export const configSchema = z.strictObject({
    * secrets, then becomes this user (src/config/service-user.ts).
    */
   user: z.string().regex(USER_NAME, 'a user name: letters, digits, "_", "-" and "."').optional(),
+  /**
+   * NAME=value lines receiver reads itself, at start and at every reload (src/config/env-file.ts):
+   * variables of the real environment win over it.
+   */
+  envFile: z.string().min(1).optional(),
   host: z.string().min(1).default('127.0.0.1'),
   port: z.number().int().min(0).max(65535).default(8080),
   maxBodyBytes: z.number().int().positive().default(1_048_576),

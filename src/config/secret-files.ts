@@ -16,14 +16,14 @@ export interface ExposedSecretFile {
 /**
  * The files receiver reads secrets from whose mode lets every user on the machine read
  * (or change) them, as ssh refuses an unprotected key: every `file:` secret of the
- * configuration and the environment file named by $RECEIVER_ENV_FILE (the service's
- * EnvironmentFile, which the unit and contrib/receiver.sh name). Only the owner and the
+ * configuration and the environment file (--env-file, $RECEIVER_ENV_FILE or `envFile`,
+ * which the unit and contrib/receiver.sh name). Only the owner and the
  * group should: 0600 root:root is what docs/operations.md makes.
  */
-export function exposedSecretFiles(config: object, env: NodeJS.ProcessEnv): ExposedSecretFile[] {
+export function exposedSecretFiles(config: { envFile?: string | undefined }): ExposedSecretFile[] {
   const files = new Map<string, string>();
   for (const secret of secretsIn(config)) if (secret.file !== undefined && !files.has(secret.file.path)) files.set(secret.file.path, secret.file.field);
-  if (env.RECEIVER_ENV_FILE !== undefined && env.RECEIVER_ENV_FILE !== '') files.set(env.RECEIVER_ENV_FILE, 'the environment file ($RECEIVER_ENV_FILE)');
+  if (config.envFile !== undefined) files.set(config.envFile, 'the environment file');
   const exposed: ExposedSecretFile[] = [];
   for (const [path, what] of files) {
     let st;

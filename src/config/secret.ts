@@ -3,6 +3,15 @@ import { inspect } from 'node:util';
 import { configError } from '../errors.js';
 
 /**
+ * How the configuration, the environment file and `file:` secrets are read: this process's
+ * own reads, or (serve reloading after it became the service's user) the privileged
+ * reader's snapshot of them (src/config/reader.ts). Throws an error with an errno `code`.
+ */
+export type ReadText = (path: string) => string;
+
+export const readText: ReadText = (path) => readFileSync(path, 'utf8');
+
+/**
  * A resolved secret. It never prints itself: String(), JSON, util.inspect and pino all
  * see "[secret]". Only verifiers and signers call reveal().
  */
@@ -41,7 +50,7 @@ export class Secret {
  * Resolves a secret reference: `env:NAME`, `file:PATH` or a literal.
  * `field` names the config field in errors, e.g. `sources.stripe.secret`.
  */
-export function resolveSecret(ref: string, field: string, env: NodeJS.ProcessEnv = process.env): Secret {
+export function resolveSecret(ref: string, field: string, env: NodeJS.ProcessEnv = process.env, read: ReadText = readText): Secret {
   if (ref.startsWith('env:')) {
     const name = ref.slice(4);
     // Own properties only: `env:toString` must not find Object.prototype.toString.
@@ -59,7 +68,7 @@ export function resolveSecret(ref: string, field: string, env: NodeJS.ProcessEnv
     const path = ref.slice(5);
     let value: string;
     try {
-      value = readFileSync(path, 'utf8');
+      value = read(path);
     } catch (e) {
       throw configError(
         `${field}: cannot read secret file ${path} (${(e as NodeJS.ErrnoException).code ?? 'error'})`,

@@ -42,6 +42,12 @@ export interface Drain {
   wake(): void;
   /** Stops claiming; waits up to graceMs for the running effects, then leaves them to their lease. */
   stop(graceMs: number): Promise<void>;
+  /**
+   * A reloaded configuration (routes, retry, http effects' secrets) and exec effects'
+   * environment: taken in before the next event starts; the running one finishes under
+   * the configuration it started with.
+   */
+  reconfigure(config: Config, execEnv: NodeJS.ProcessEnv): void;
 }
 
 /** After a store error (database busy past its timeout, disk full), wait this long before trying again. */
@@ -105,6 +111,8 @@ export function startDrain(options: DrainOptions): Drain {
   const held = new Map<number, Lease>();
   /** The lanes running here, each with the promise of its end. */
   const lanes = new Map<string, Promise<void>>();
+  /** A reloaded configuration, taken in before the next plan and claim (reconfigure). */
+  let next: Pick<ProcessContext, 'config' | 'execEnv'> | undefined;
 
   const heartbeat = setInterval(
     () => {
@@ -194,7 +202,13 @@ export function startDrain(options: DrainOptions): Drain {
       woken = false;
       try {
         const seen = options.idle?.generation();
-        const planned = await planStored(store, config.routes, now());
+        // A reloaded configuration applies to units started from now on; those running finish
+        // under the one they started with (they read it when they start).
+        if (next !== undefined) {
+          Object.assign(ctx, next);
+          next = undefined;
+        }
+        const planned = await planStored(store, ctx.config.routes, now());
         let claimed = 0;
         // A read first: a claim is a write (SQLite's write lock), made only when something is due.
         const due = lanes.size < maxConcurrent ? await store.nextDueAt([...lanes.keys()], now()) : undefined;
@@ -251,6 +265,9 @@ export function startDrain(options: DrainOptions): Drain {
 
   return {
     wake,
+    reconfigure(config: Config, execEnv: NodeJS.ProcessEnv) {
+      next = { config, execEnv };
+    },
     async stop(graceMs: number) {
       stopping = true;
       wakeSleeper?.();

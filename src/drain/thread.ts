@@ -53,6 +53,13 @@ export interface DrainThreadOptions {
   onFailure: (e: Error) => void;
   /** SQLite: the ingest thread's "waiting for the write lock" flag (Store.ingestWaiting). */
   ingestWaiting?: SharedArrayBuffer | undefined;
+  /** The environment the configuration was resolved against (exec effects draw on it); default process.env. */
+  env?: NodeJS.ProcessEnv | undefined;
+}
+
+/** What crosses to the thread of a configuration: its plain part, the http effects' secrets as text, exec effects' environment. */
+function forThread(config: Config, env: NodeJS.ProcessEnv): Pick<DrainWorkerInit, 'config' | 'httpSecrets' | 'execEnv'> {
+  return { config: threadConfig(config), httpSecrets: revealHttpSecrets(config.httpSecrets), execEnv: effectEnvironment(config, env) };
 }
 
 /**
@@ -71,9 +78,7 @@ export function startDrainThread(o: DrainThreadOptions): Promise<Drain> {
   const signals = new SharedArrayBuffer(8);
   const counts = new Int32Array(signals);
   const init: DrainWorkerInit = {
-    config: threadConfig(o.config),
-    httpSecrets: revealHttpSecrets(o.config.httpSecrets),
-    execEnv: effectEnvironment(o.config),
+    ...forThread(o.config, o.env ?? process.env),
     signals,
     ingestWaiting: o.ingestWaiting,
     logStyle: o.logStyle ?? JSON_STYLE,
@@ -116,6 +121,9 @@ export function startDrainThread(o: DrainThreadOptions): Promise<Drain> {
         Atomics.add(counts, 0, 1);
         // 1 -> 2: one wake per sleep, however many deliveries arrive meanwhile.
         if (Atomics.compareExchange(counts, 1, 1, 2) === 1) post({ type: 'wake' });
+      },
+      reconfigure(config: Config, env: NodeJS.ProcessEnv) {
+        post({ type: 'reconfigure', ...forThread(config, env) });
       },
       stop(graceMs: number) {
         return new Promise<void>((done) => {

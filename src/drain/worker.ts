@@ -29,7 +29,11 @@ export interface DrainWorkerInit {
   logStyle: LogStyle;
 }
 
-export type ToDrainWorker = { type: 'wake' } | { type: 'stop'; graceMs: number };
+export type ToDrainWorker =
+  | { type: 'wake' }
+  | { type: 'stop'; graceMs: number }
+  /** A reloaded configuration (see Drain.reconfigure). */
+  | ({ type: 'reconfigure' } & Pick<DrainWorkerInit, 'config' | 'httpSecrets' | 'execEnv'>);
 export type FromDrainWorker =
   | { type: 'started' }
   | { type: 'outcomes'; attempts: AttemptOutcome[]; events: EventOutcome[] }
@@ -81,20 +85,24 @@ async function openDrainStore(config: ThreadConfig, init: DrainWorkerInit, logge
   }
 }
 
+/** The configuration as the drain runs on it: it reads no source, no metrics or admin token and no catch-up setting (see ThreadConfig). */
+function drainConfig(from: Pick<DrainWorkerInit, 'config' | 'httpSecrets'>) {
+  return {
+    ...from.config,
+    sources: new Map(),
+    metrics: { enabled: false, token: undefined },
+    admin: undefined,
+    catchUp: new Map(),
+    httpSecrets: wrapHttpSecrets(from.httpSecrets),
+  };
+}
+
 if (parentPort !== null) {
   const port = parentPort;
   const nice = lowerPriority();
   const init = workerData as DrainWorkerInit;
   const signals = new Int32Array(init.signals);
-  // The drain reads no source, no metrics or admin token and no catch-up setting (see ThreadConfig).
-  const config = {
-    ...init.config,
-    sources: new Map(),
-    metrics: { enabled: false, token: undefined },
-    admin: undefined,
-    catchUp: new Map(),
-    httpSecrets: wrapHttpSecrets(init.httpSecrets),
-  };
+  const config = drainConfig(init);
   // No write of its own to stderr: its lines go to the main thread's writer, after the
   // delivery lines of the same events (DrainLinesAfterDeliveries) and within its bound.
   const toMain = batchedLines((lines) => port.postMessage({ type: 'lines', lines } satisfies FromDrainWorker));
@@ -151,6 +159,7 @@ if (parentPort !== null) {
     });
     port.on('message', (m: ToDrainWorker) => {
       if (m.type === 'wake') drain.wake();
+      else if (m.type === 'reconfigure') drain.reconfigure(drainConfig(m), m.execEnv);
       else if (m.type === 'stop') {
         void (async () => {
           await drain.stop(m.graceMs);

@@ -3,7 +3,7 @@ import { ReceiverError } from '../errors.js';
 import type { RouteConfig } from '../config/schema.js';
 import type { ResolvedSource } from '../providers/types.js';
 import type { IngestResult, Store } from '../store/types.js';
-import { healthHandler, ingestHealth, RETRY_AFTER_SECONDS } from './health.js';
+import { healthHandler, ingestHealth, RETRY_AFTER_SECONDS, type IngestHealth } from './health.js';
 import { ingestHandler, type DeliveryOutcome } from './ingest.js';
 import { createAdmin, type AdminOptions } from './admin/index.js';
 
@@ -24,6 +24,8 @@ export interface AppOptions {
   admin?: Omit<AdminOptions, 'store'> | undefined;
   /** Unexpected errors (500s) are reported here; the client sees no detail. */
   onError?: (e: unknown) => void;
+  /** Ingest's recent outcome for /healthz; default: this app's own (serve shares one across the apps its reloads build). */
+  health?: IngestHealth;
 }
 
 /** The one place errors become HTTP answers. Never a stack trace to a client. */
@@ -44,7 +46,7 @@ function errorResponse(e: unknown, c: Context, onError?: (e: unknown) => void): 
 
 export function createApp(options: AppOptions): Hono {
   const app = new Hono();
-  const health = ingestHealth();
+  const health = options.health ?? ingestHealth();
   const onOutcome = (o: DeliveryOutcome) => {
     health.observe(o.outcome);
     options.onOutcome?.(o);

@@ -96,7 +96,8 @@ const CATCH_UP_FIELD: Record<CatchUpOutcomeName, 'listed' | 'alreadyStored' | 's
 
 export class ReceiverMetrics {
   readonly registry = new Registry();
-  readonly #sources: Set<string>;
+  #sources = new Set<string>();
+  readonly #catchUpSeen = new Set<string>();
   readonly #deliveries: Counter<'source' | 'outcome'>;
   readonly #ingestSeconds: Histogram<'source'>;
   readonly #attempts: Counter<'route' | 'outcome'>;
@@ -106,11 +107,12 @@ export class ReceiverMetrics {
   readonly #catchUpEvents: Counter<'source' | 'outcome'>;
   readonly #catchUpRequests: Counter<'source'>;
   readonly #catchUpLastOk: Gauge<'source'>;
+  readonly #reloads: Counter<'result'>;
+  readonly #configLoaded: Gauge;
   readonly #alerts: Counter<'kind' | 'status' | 'destination' | 'result'>;
 
   constructor({ sources = [], routes = [], queue, processMetrics = false, catchUpSources = [], logLinesDropped }: MetricsOptions = {}) {
     const registers = [this.registry];
-    this.#sources = new Set(sources);
     this.#deliveries = new Counter({
       name: 'receiver_deliveries_total',
       help: 'Webhook deliveries received, by source and outcome (accepted, duplicate, conflict, replayed, unauthorized, too_large, unavailable, ...)',
@@ -170,25 +172,25 @@ export class ReceiverMetrics {
       labelNames: ['source'],
       registers,
     });
-    for (const source of catchUpSources) {
-      for (const result of CATCH_UP_RESULTS) this.#catchUpRuns.labels(source, result).inc(0);
-      for (const outcome of CATCH_UP_OUTCOMES) this.#catchUpEvents.labels(source, outcome).inc(0);
-      this.#catchUpRequests.labels(source).inc(0);
-      this.#catchUpLastOk.labels(source).set(0);
-    }
+    this.#reloads = new Counter({
+      name: 'receiver_config_reloads_total',
+      help: 'Configuration reloads (SIGHUP), by result: ok (applied) or error (refused; the running configuration stays)',
+      labelNames: ['result'],
+      registers,
+    });
+    for (const result of ['ok', 'error'] as const) this.#reloads.labels(result).inc(0);
+    this.#configLoaded = new Gauge({
+      name: 'receiver_config_loaded_timestamp_seconds',
+      help: 'When the running configuration was loaded (at start, or by the last successful reload)',
+      registers,
+    });
     this.#alerts = new Counter({
       name: 'receiver_alerts_total',
       help: 'Tries to tell an alert destination, by alert kind, status (firing, resolved), destination and result (sent, failed, suppressed, given_up)',
       labelNames: ['kind', 'status', 'destination', 'result'],
       registers,
     });
-    for (const source of this.#sources) {
-      for (const outcome of DELIVERY_OUTCOMES) this.#deliveries.labels(source, outcome).inc(0);
-    }
-    for (const route of routes) {
-      this.#effectSeconds.zero({ route });
-      for (const outcome of ATTEMPT_OUTCOMES) this.#attempts.labels(route, outcome).inc(0);
-    }
+    this.configure({ sources, routes, catchUpSources });
 
     if (queue !== undefined) {
       // registry.metrics() calls every collect() at once: the three gauges share one read.
@@ -235,6 +237,39 @@ export class ReceiverMetrics {
       });
     }
     if (processMetrics) collectDefaultMetrics({ register: this.registry });
+  }
+
+  /**
+   * The configured names (at start and after a reload): their series start at 0. A name
+   * no longer configured keeps its series, with what it counted.
+   */
+  configure({ sources = [], routes = [], catchUpSources = [] }: Pick<MetricsOptions, 'sources' | 'routes' | 'catchUpSources'>): void {
+    for (const source of catchUpSources) {
+      for (const result of CATCH_UP_RESULTS) this.#catchUpRuns.labels(source, result).inc(0);
+      for (const outcome of CATCH_UP_OUTCOMES) this.#catchUpEvents.labels(source, outcome).inc(0);
+      this.#catchUpRequests.labels(source).inc(0);
+      // A source already configured keeps when its last run succeeded.
+      if (!this.#catchUpSeen.has(source)) this.#catchUpLastOk.labels(source).set(0);
+      this.#catchUpSeen.add(source);
+    }
+    this.#sources = new Set(sources);
+    for (const source of this.#sources) {
+      for (const outcome of DELIVERY_OUTCOMES) this.#deliveries.labels(source, outcome).inc(0);
+    }
+    for (const route of routes) {
+      this.#effectSeconds.zero({ route });
+      for (const outcome of ATTEMPT_OUTCOMES) this.#attempts.labels(route, outcome).inc(0);
+    }
+  }
+
+  /** A reload applied (ok) or refused (error). */
+  observeReload(result: 'ok' | 'error'): void {
+    this.#reloads.labels(result).inc();
+  }
+
+  /** The running configuration was loaded at `at` (ms since the epoch). */
+  configLoaded(at: number): void {
+    this.#configLoaded.set(at / 1000);
   }
 
   /** The ingest handler's onOutcome hook. */

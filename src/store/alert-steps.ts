@@ -48,6 +48,7 @@ const statements = memo((d: Dialect) => {
       (p) => `INSERT INTO alert_sends (alert_id, transition, destination, next_attempt_at) VALUES (${p()}, ${p()}, ${p()}, ${p()})
         ON CONFLICT DO NOTHING`,
     ),
+    told: text((p) => `UPDATE alert_sends SET status = 'sent', sent_at = ${p()} WHERE alert_id = ${p()} AND transition = 'firing' AND destination = ${p()}`),
     resolve: text((p) => `UPDATE alerts SET status = 'resolved', resolved_at = ${p()} WHERE alert_key = ${p()} AND status = 'firing' RETURNING id`),
     // Whoever was told it fired (or will be) is told it ended.
     resolvedSends: text(
@@ -126,7 +127,7 @@ export function* firingAlerts(d: Dialect) {
   return (yield* rows<AlertDbRow>(statements(d).firing)).map(toAlert);
 }
 
-export function* fireAlert(d: Dialect, f: AlertFacts, destinations: readonly string[], now: number): Steps<boolean> {
+export function* fireAlert(d: Dialect, f: AlertFacts, destinations: readonly string[], now: number, told: readonly string[] = []): Steps<boolean> {
   const s = statements(d);
   const stored = yield* first<{ id: number }>(s.fire, [
     f.key,
@@ -140,7 +141,10 @@ export function* fireAlert(d: Dialect, f: AlertFacts, destinations: readonly str
     now,
   ]);
   if (stored === undefined) return false;
-  for (const destination of destinations) yield* changes(s.send, [stored.id, 'firing', destination, now]);
+  for (const destination of destinations) {
+    yield* changes(s.send, [stored.id, 'firing', destination, now]);
+    if (told.includes(destination)) yield* changes(s.told, [now, stored.id, destination]);
+  }
   return true;
 }
 
@@ -228,7 +232,7 @@ export function alertsOn(d: Dialect, run: StepRunner): AlertStore {
     routeRuns: (route, limit) => run.alone('alerts', routeRuns(d, route, limit)),
     waitingWork: () => run.snapshot('alerts', () => waitingWork(d)),
     firingAlerts: () => run.alone('alerts', firingAlerts(d)),
-    fireAlert: (facts, destinations, now) => run.write('alerts', () => fireAlert(d, facts, destinations, now)),
+    fireAlert: (facts, destinations, now, told) => run.write('alerts', () => fireAlert(d, facts, destinations, now, told)),
     resolveAlert: (key, now) => run.write('alerts', () => resolveAlert(d, key, now)),
     claimAlertSends: (owner, now, leaseMs, destinations, limit) => run.write('alerts', () => claimAlertSends(d, owner, now, leaseMs, destinations, limit)),
     sentSince: (destination, since) => run.alone('alerts', sentSince(d, destination, since)),

@@ -85,9 +85,10 @@ export interface AlertStore {
   firingAlerts(): Promise<AlertRecord[]>;
   /**
    * Stores the alert as firing unless its key is firing already; when stored, a send to each
-   * of `destinations` in the same transaction. Says whether it stored it.
+   * of `destinations` in the same transaction (those in `told` recorded as sent: they were
+   * told while the database could not store it). Says whether it stored it.
    */
-  fireAlert(facts: AlertFacts, destinations: readonly string[], now: number): Promise<boolean>;
+  fireAlert(facts: AlertFacts, destinations: readonly string[], now: number, told?: readonly string[]): Promise<boolean>;
   /**
    * Resolves the key's firing alert; when this call resolved it, a `resolved` send to each
    * destination its firing send was not suppressed for, in the same transaction.

@@ -58,6 +58,19 @@ describe('admin sessions and logins', () => {
   });
   const page = (path: string, cookie: string) => fetch(`${app.url}${path}`, { headers: { cookie }, redirect: 'manual' });
 
+  it('the overview says when serve loaded the running configuration (its start or last reload)', async () => {
+    const loaded = await startAdmin(adminConfig(tmp.dir), { now: () => clock, configLoadedAt: clock - 90 * 60_000 });
+    try {
+      const overview = await (await fetch(`${loaded.url}/admin/`, { headers: { cookie: (await login(loaded.url)).cookie! } })).text();
+      expect(overview).toContain(`Configuration loaded <time datetime="${new Date(clock - 90 * 60_000).toISOString()}">`);
+      expect(overview).toContain('(1 h 30 min ago; SIGHUP reloads it)');
+      // Outside serve (no load time), nothing is said.
+      expect(await (await page('/admin/', (await login(app.url)).cookie!)).text()).not.toContain('Configuration loaded');
+    } finally {
+      await loaded.close();
+    }
+  });
+
   it('logging out ends the session on the server: a copy of the cookie is refused at once, by pages and API; other sessions go on', async () => {
     const mine = (await login(app.url)).cookie!;
     const other = (await login(app.url)).cookie!;

@@ -1,5 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
@@ -9,10 +11,11 @@ import { BINARY, binarySandbox, makeConfig, runCli, startServe, tempDir, waitFor
 import { createTestDatabase, postgresAvailable } from '../postgres-helpers.js';
 
 /**
- * What only the single executable does (the binary project runs the rest of the CLI and
- * serve tests against it too): it runs with no node and no node_modules, imports module
- * effects, and carries better-sqlite3's addon, which it writes once per content hash into
- * a private directory and checks before loading.
+ * What only the single executable does: it runs with no node and no node_modules, imports
+ * module effects, and carries better-sqlite3's addon, which it writes once per content hash
+ * into a private directory and checks before loading. And one pass through everything it
+ * runs: serve with ingest and exec, http and module effects, SIGTERM, each subcommand once,
+ * the admin pages, PostgreSQL (the node project tests each of them in depth).
  */
 
 const require = createRequire(import.meta.url);
@@ -221,6 +224,85 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
       expect(await serve.stop('SIGTERM')).toBe(0);
     }
   });
+
+  it('every other subcommand once, an http effect, and a module host that is killed at its timeout and restarted', async () => {
+    const s = setup();
+    const version = await runCli(['--version']);
+    expect(version.code).toBe(0);
+    expect(version.stdout).toMatch(/^\d+\.\d+\.\d+/);
+    const missing = join(s.dir, 'elsewhere', 'receiver.db');
+    const none = await runCli(['events', 'list', '-c', s.file, '--db', missing], { env: s.env });
+    expect(none.code).toBe(1);
+    expect(none.stderr).toContain(`Error: no database at ${missing}`);
+    expect(existsSync(missing)).toBe(false);
+
+    // An http effect to a server of this test, and a module that spins past its timeout once.
+    const hits: string[] = [];
+    const app = createServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        hits.push(body);
+        res.end();
+      });
+    });
+    await new Promise<void>((r) => app.listen(0, '127.0.0.1', r));
+    writeFileSync(join(s.dir, 'spin.mjs'), `export default async (event, ctx) => { if (ctx.attempt === 1) for (;;) {} }\n`);
+    const routes = [
+      {
+        name: 'app',
+        source: 'shop',
+        events: ['*'],
+        key: '{body.id}',
+        effect: { http: { url: `http://127.0.0.1:${(app.address() as AddressInfo).port}/hook` } },
+      },
+      { name: 'spin', source: 'shop', events: ['*'], key: '{body.id}', effect: { module: './spin.mjs', timeoutSeconds: 1 } },
+    ];
+    const file = writeConfig(s.dir, { ...s.json, routes, retry: { maxAttempts: 3, baseSeconds: 0.1, maxSeconds: 0.2 } });
+    const check = await runCli(['check-config', '-c', file, '--json'], { env: s.env });
+    expect(check.code).toBe(0);
+    expect(JSON.parse(check.stdout)).toMatchObject({ routes: expect.any(Array) });
+    const serve = await startServe(file, { env: s.env });
+    try {
+      expect((await runCli(['send-test', 'shop', '-c', file, '--url', serve.url, '--run-effects'], { env: s.env })).code).toBe(0);
+      const show = async () =>
+        JSON.parse((await runCli(['events', 'show', '1', '-c', file, '--json'], { env: s.env })).stdout) as {
+          status: string;
+          attemptLog: { route: string; outcome: string; error: string | null }[];
+        };
+      // Polled in the database (a CLI run per poll costs a process start), then shown once.
+      const db = openSqlite(join(s.dir, 'receiver.db'), { busyTimeoutMs: 1000 });
+      try {
+        const status = () => (db.prepare('SELECT status FROM events WHERE id = 1').get() as { status: string } | undefined)?.status;
+        for (const until = Date.now() + 30_000; status() !== 'done' && Date.now() < until;) await new Promise((r) => setTimeout(r, 100));
+      } finally {
+        db.close();
+      }
+      const event = await show();
+      expect(event.status).toBe('done');
+      const spin = event.attemptLog.filter((a) => a.route === 'spin');
+      expect(spin.map((a) => a.outcome)).toEqual(['failed', 'ok']);
+      expect(spin[0]!.error).toMatch(/^module timed out after 1s/);
+      // Done once, skipped on the retry (the ledger): the app was called once.
+      expect(event.attemptLog.filter((a) => a.route === 'app').map((a) => a.outcome)).toEqual(['ok', 'skipped']);
+      expect(hits).toHaveLength(1);
+    } finally {
+      expect(await serve.stop('SIGTERM')).toBe(0);
+      await new Promise((r) => app.close(r));
+    }
+
+    const cli = (args: string[]) => runCli([...args, '-c', file, '--json'], { env: s.env });
+    const replay = await cli(['replay', '1']);
+    expect(replay.code).toBe(0);
+    const stats = await cli(['stats']);
+    expect(stats.code).toBe(0);
+    const purge = await cli(['purge', '--days', '30']);
+    expect(purge.code).toBe(0);
+    const copy = join(s.dir, 'copy.db');
+    const backup = await runCli(['backup', copy, '-c', file], { env: s.env });
+    expect(backup.code).toBe(0);
+    expect(existsSync(copy)).toBe(true);
+  }, 90_000);
 
   it('writes the addon once per content hash, 0500 in a 0700 directory, and does not rewrite it', async () => {
     const s = setup();

@@ -176,7 +176,11 @@ describe('receiver serve (child process)', () => {
     expect(unit).toMatch(/^Environment=RECEIVER_USER=receiver$/m);
     expect(setting('CapabilityBoundingSet')?.split(' ').sort()).toEqual(['CAP_DAC_READ_SEARCH', 'CAP_SETGID', 'CAP_SETUID']);
     expect(setting('WorkingDirectory')).toBe('/var/lib/receiver');
-    expect(setting('EnvironmentFile')).toBe('/etc/receiver/env');
+    // serve reads the environment file itself, at start and at every reload; an
+    // EnvironmentFile= would be read at start only, and its variables would win.
+    expect(setting('EnvironmentFile')).toBeUndefined();
+    expect(unit).toMatch(/^Environment=RECEIVER_ENV_FILE=\/etc\/receiver\/env$/m);
+    expect(setting('ExecReload')).toBe('/bin/kill -HUP $MAINPID');
     expect(setting('Restart')).toBe('on-failure');
     for (const hardening of ['NoNewPrivileges=yes', 'ProtectSystem=strict', 'ReadWritePaths=/var/lib/receiver', 'PrivateTmp=yes', 'ProtectHome=yes'])
       expect(unit).toMatch(new RegExp(`^${hardening}$`, 'm'));

@@ -52,7 +52,7 @@ describe('secrets in files that every user can read', () => {
       `Warning: sources.hook.secret: ${s.hook} can be read by every user on this machine (mode 0604); only its owner and the service's group should: ${fix(s.hook)}`,
     );
     expect(lines).toContain(
-      `Warning: the environment file ($RECEIVER_ENV_FILE): ${s.env} can be read and changed by every user on this machine (mode 0666); only its owner and the service's group should: ${fix(s.env)}`,
+      `Warning: the environment file: ${s.env} can be read and changed by every user on this machine (mode 0666); only its owner and the service's group should: ${fix(s.env)}`,
     );
     // The secrets themselves are never printed.
     expect(r.stderr).not.toContain('hook-secret-value');

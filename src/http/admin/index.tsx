@@ -33,6 +33,8 @@ export interface AdminOptions {
   now?: () => number;
   /** How long a login lasts. */
   sessionHours?: number;
+  /** When serve loaded this configuration (the overview shows it). */
+  configLoadedAt?: number | undefined;
   /** Failed token checks before each further try from one address must wait (see LoginThrottle). */
   throttle?: ConstructorParameters<typeof LoginThrottle>[1];
 }
@@ -312,6 +314,7 @@ export function createAdmin(options: AdminOptions): Hono<AdminEnv> {
       buckets: hourBuckets(hourly, at),
       failures,
       now: at,
+      configLoadedAt: options.configLoadedAt,
     };
     return html(c, <OverviewPage data={data} csrf={csrfOf(c)} outcome={outcomeOf(c)} />);
   }

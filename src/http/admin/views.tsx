@@ -177,6 +177,8 @@ export interface OverviewData {
   buckets: HourBucket[];
   failures: RouteFailures[];
   now: number;
+  /** When serve loaded the running configuration (at start or by its last reload); absent outside serve. */
+  configLoadedAt?: number | undefined;
 }
 
 export function OverviewPage(props: { data: OverviewData; csrf: string; outcome?: Outcome | undefined }) {
@@ -187,6 +189,12 @@ export function OverviewPage(props: { data: OverviewData; csrf: string; outcome?
     <Layout title="Overview" csrf={props.csrf}>
       <h1>Overview</h1>
       <OutcomeNotice outcome={props.outcome} />
+      {props.data.configLoadedAt === undefined ? null : (
+        <p class="muted">
+          Configuration loaded {when(new Date(props.data.configLoadedAt).toISOString())} ({age(props.data.now - props.data.configLoadedAt)} ago; SIGHUP reloads
+          it).
+        </p>
+      )}
       <section aria-labelledby="counts">
         <h2 id="counts">Events</h2>
         <div class="cards">

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { hours, statsJson } from '../json/stats.js';
 import type { StoreStats } from '../store/ops-types.js';
 import type { CatchUpState } from '../store/catch-up-types.js';
+import type { AlertRecord } from '../store/alert-types.js';
 import { addCommonOptions, configFrom, openStoreFor, printable, printJson, type CommonOptions } from './common.js';
 import type { CliIo } from './io.js';
 
@@ -43,6 +44,8 @@ function describe(j: ReturnType<typeof statsJson>): string {
       ? 'stuck claims: none'
       : `stuck claims: ${j.stuckClaims.count} processing event(s) past their lease (oldest expired ${j.stuckClaims.oldestLeaseExpiredAt}); a running drain takes them back`,
   ];
+  out.push(j.alerts.length === 0 ? 'open alerts: none' : `open alerts: ${j.alerts.length}`);
+  for (const a of j.alerts) out.push(`  ${a.kind} since ${a.firedAt}: ${printable(a.summary)}`);
   if (j.dead > 0) out.push(`dead: ${j.dead} event(s); see \`receiver events list --status dead\`, then \`receiver replay --dead\``);
   out.push('oldest key per source (against its retry horizon):');
   if (j.sources.length === 0) out.push('  (no sources)');
@@ -81,13 +84,15 @@ export async function stats(options: StatsOptions, io: CliIo): Promise<void> {
   const now = io.now();
   let s: StoreStats;
   let catchUp: CatchUpState[];
+  let alerts: AlertRecord[];
   try {
     s = await store.stats(now);
     catchUp = await store.catchUpStates();
+    alerts = await store.alerts.firingAlerts();
   } finally {
     await store.close();
   }
-  const json = statsJson(s, config, now, catchUp);
+  const json = statsJson(s, config, now, catchUp, alerts);
   if (options.json === true) printJson(io.stdout, json);
   else io.stdout.write(describe(json));
 }

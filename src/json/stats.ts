@@ -1,6 +1,7 @@
 import type { Config } from '../config/load.js';
 import type { StoreStats } from '../store/ops-types.js';
 import type { CatchUpState } from '../store/catch-up-types.js';
+import type { AlertRecord } from '../store/alert-types.js';
 
 const HOUR_MS = 3_600_000;
 const DAY_MS = 86_400_000;
@@ -19,7 +20,7 @@ function databaseSince(s: StoreStats): number | null {
 }
 
 /** The JSON document of `stats --json` (and of the admin API's stats route; the overview page renders it). */
-export function statsJson(s: StoreStats, config: Config, now: number, catchUp: readonly CatchUpState[] = []) {
+export function statsJson(s: StoreStats, config: Config, now: number, catchUp: readonly CatchUpState[] = [], alerts: readonly AlertRecord[] = []) {
   const seen = new Map(s.sources.map((x) => [x.source, x]));
   const names = [...new Set([...config.sources.keys(), ...seen.keys()])].sort();
   const entries = s.effectsByStatus.running + s.effectsByStatus.done + s.effectsByStatus.failed;
@@ -73,5 +74,15 @@ export function statsJson(s: StoreStats, config: Config, now: number, catchUp: r
         lastCounts: c?.lastCounts ?? null,
       };
     }),
+    // Open (firing) alerts, oldest first; fields that do not apply are null.
+    alerts: alerts.map((a) => ({
+      key: a.key,
+      kind: a.kind,
+      summary: a.summary,
+      source: a.source ?? null,
+      route: a.route ?? null,
+      eventId: a.eventId ?? null,
+      firedAt: iso(a.firedAt),
+    })),
   };
 }

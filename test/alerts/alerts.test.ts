@@ -127,6 +127,9 @@ for (const backend of await backends()) {
       expect(deadRun.env).toMatchObject({ RECEIVER_ALERT_ROUTE: 'crm', RECEIVER_ALERT_EVENT_ID: String(id), RECEIVER_ALERT_DELIVERY_ID: 'ord_1' });
       // The exec effects' minimal environment: nothing of this process's but PATH, HOME, LANG, LC_*, TZ.
       expect(Object.keys(deadRun.env).filter((k) => !/^(PATH|HOME|LANG|LC_[A-Z_]+|TZ|PWD|SHLVL|_|RECEIVER_ALERT_[A-Z_]+)$/.test(k))).toEqual([]);
+      const metrics = await (await fetch(`${t.receiver.address.url}/metrics`)).text();
+      expect(metrics).toContain('receiver_alerts_total{kind="dead",status="firing",destination="chat",result="sent"} 1');
+      expect(metrics).toContain('receiver_alerts_total{kind="failing",status="resolved",destination="mail",result="sent"} 1');
       const rows = await t.db.sql(`SELECT alert_key, status FROM alerts ORDER BY id`);
       expect(rows).toEqual([
         { alert_key: 'failing:crm', status: 'resolved' },

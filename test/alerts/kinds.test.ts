@@ -7,6 +7,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { startReceiver, type Receiver } from '../../src/server.js';
 import { makeConfig, post, runInProcess, tempDir, writeConfig } from '../helpers.js';
 import { STRIPE_WHSEC } from '../catchup/fakes.js';
+import { login, TOKEN } from '../admin/helpers.js';
 import { backends, Catcher, execDestination, openDatabase, until, type OpenDatabase } from './harness.js';
 
 /**
@@ -59,7 +60,7 @@ for (const backend of await backends()) {
   describe(`alerts on ${backend}`, () => {
     it('stuck: due work nobody takes fires once, and resolves once it is taken', async () => {
       const route = { name: 'crm', source: 'shop', key: '{body.id}', effect: { exec: ['/bin/true'] } };
-      const t = await setup(backend, { drain: { enabled: false }, routes: [route] }, ['stuck']);
+      const t = await setup(backend, { drain: { enabled: false }, routes: [route], admin: { token: TOKEN } }, ['stuck']);
       const r = await post(`${t.receiver.address.url}/webhooks/shop`, JSON.stringify({ id: 's1', type: 'x' }));
       const id = (JSON.parse(r.text) as { id: number }).id;
       await new Promise((w) => setTimeout(w, 200));
@@ -68,6 +69,25 @@ for (const backend of await backends()) {
       await until(() => t.seen().includes('stuck firing'), 'stuck');
       expect(t.catcher.alerts()[0]).toMatchObject({ eventId: id });
       expect(String(t.catcher.alerts()[0]!.summary)).toContain(`Event ${id} has been due for 1 minutes`);
+      // Open alerts are listed by stats and on the admin overview.
+      const stats = await runInProcess(['stats', '--json', '-c', writeConfig(t.dir, { database: t.db.url, sources: { shop } })]);
+      expect((JSON.parse(stats.stdout) as { alerts: unknown[] }).alerts).toEqual([
+        {
+          key: 'stuck',
+          kind: 'stuck',
+          summary: expect.stringContaining(`Event ${id} has been due`) as unknown,
+          source: null,
+          route: null,
+          eventId: id,
+          firedAt: expect.any(String) as unknown,
+        },
+      ]);
+      const text = await runInProcess(['stats', '-c', join(t.dir, 'receiver.config.json')]);
+      expect(text.stdout).toContain(`open alerts: 1\n  stuck since `);
+      const { cookie } = await login(t.receiver.address.url);
+      const page = await (await fetch(`${t.receiver.address.url}/admin/`, { headers: { cookie: cookie! } })).text();
+      expect(page).toContain('1 open alert(s)');
+      expect(page).toContain(`href="/admin/events/${id}"`);
       await t.db.sql(`UPDATE events SET status = 'done' WHERE id = ?`, [id]);
       await until(() => t.seen().includes('stuck resolved'), 'resolved');
       // A claim whose lease ran out long ago, never taken back, is stuck as well.

@@ -50,6 +50,7 @@ describe('receiver stats', () => {
     const s = JSON.parse(r.stdout);
     expect(s).toEqual({
       at: expect.any(String),
+      alerts: [],
       // Event 1 is still stored: the database is as old as its oldest event.
       firstEventAt: new Date(now - 20 * HOUR).toISOString(),
       events: { pending: 1, processing: 2, done: 2, dead: 1, total: 6 },

@@ -302,14 +302,15 @@ export function createAdmin(options: AdminOptions): Hono<AdminEnv> {
   async function overview(c: Context<AdminEnv>) {
     const at = now();
     const since = Math.floor(at / HOUR_MS) * HOUR_MS - (CHART_HOURS - 1) * HOUR_MS;
-    const [s, q, hourly, failures] = await Promise.all([
+    const [s, q, hourly, failures, alerts] = await Promise.all([
       store.stats(at),
       store.queueStats(),
       store.deliveriesPerHour(since),
       store.effectFailuresByRoute(since),
+      store.alerts.firingAlerts(),
     ]);
     const data = {
-      stats: statsJson(s, config, at),
+      stats: statsJson(s, config, at, [], alerts),
       oldestPendingAgeMs: q.oldestPendingReceivedAt === null ? null : at - q.oldestPendingReceivedAt,
       buckets: hourBuckets(hourly, at),
       failures,

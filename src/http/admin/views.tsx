@@ -213,6 +213,18 @@ export function OverviewPage(props: { data: OverviewData; csrf: string; outcome?
             stalled; a running drain takes them back.
           </p>
         ) : null}
+        {s.alerts.length > 0 ? (
+          <div class="notice bad">
+            <p>{s.alerts.length} open alert(s):</p>
+            <ul>
+              {s.alerts.map((a) => (
+                <li>
+                  {a.eventId === null ? t(a.summary) : <a href={`${ADMIN}/events/${a.eventId}`}>{t(a.summary)}</a>} (since {when(a.firedAt)})
+                </li>
+              ))}
+            </ul>
+          </div>
+        ) : null}
         {s.dead > 0 ? (
           <form method="post" action={`${ADMIN}/replay-dead`} class="notice">
             <Csrf token={props.csrf} />

@@ -20,6 +20,7 @@ import type { Drain } from './drain/loop.js';
 import { startDrainThread } from './drain/thread.js';
 import { createApp } from './http/app.js';
 import { ingestHealth } from './http/health.js';
+import { LoginThrottle } from './http/admin/session.js';
 import { DrainLinesAfterDeliveries, logDelivery } from './http/delivery-log.js';
 import { metricsRoute, ReceiverMetrics, type QueueSnapshot } from './http/metrics.js';
 import { createLogger, logStyle, redactUrl, stderrWriter, type LineSink, type Logger, type LogStyle } from './log.js';
@@ -211,8 +212,10 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
   let drain: Drain | undefined = undefined;
   // Started with catch-up, after listening; until then a refusal is not counted.
   let alerts: Alerts | undefined = undefined;
-  // Shared by every app a reload builds: ingest's recent outcome for /healthz.
+  // Shared by every app a reload builds: ingest's recent outcome for /healthz, and the
+  // admin login's failed tries (a reload gives a guesser no fresh start).
   const health = ingestHealth({ now });
+  const loginThrottle = new LoginThrottle(now);
   const appFor = (config: Config, loadedAt: number) =>
     createApp({
       sources: config.sources,
@@ -231,7 +234,7 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
       onError: (e) => logger.error({ err: e }, 'request failed'),
       ...(config.metrics.enabled ? { extend: metricsRoute(metrics, { token: config.metrics.token }) } : {}),
       // The admin pages and API at /admin, on this listener, only when admin.token is set.
-      ...(config.admin === undefined ? {} : { admin: { config, token: config.admin.token, now, configLoadedAt: loadedAt } }),
+      ...(config.admin === undefined ? {} : { admin: { config, token: config.admin.token, now, configLoadedAt: loadedAt, loginThrottle } }),
     });
   // What runs now. A request is handed to the app current when it arrives and finishes in
   // it: a reload swaps in a new app, built whole from the new configuration, for the next one.

@@ -35,6 +35,8 @@ export interface AdminOptions {
   sessionHours?: number;
   /** When serve loaded this configuration (the overview shows it). */
   configLoadedAt?: number | undefined;
+  /** The failed token checks so far (serve keeps one across the apps its reloads build); default: this app's own. */
+  loginThrottle?: LoginThrottle | undefined;
   /** Failed token checks before each further try from one address must wait (see LoginThrottle). */
   throttle?: ConstructorParameters<typeof LoginThrottle>[1];
 }
@@ -95,7 +97,7 @@ export function createAdmin(options: AdminOptions): Hono<AdminEnv> {
   const { config, store } = options;
   const now = options.now ?? Date.now;
   const sessions = new Sessions(options.token, (options.sessionHours ?? 8) * HOUR_MS);
-  const throttle = new LoginThrottle(now, options.throttle);
+  const throttle = options.loginThrottle ?? new LoginThrottle(now, options.throttle);
   const admin = new Hono<AdminEnv>();
   admin.use('*', securityHeaders());
   // Forms and API bodies are a few hundred bytes; the login form is open to anyone who

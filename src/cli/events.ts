@@ -2,7 +2,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { deliveryIdForms, NEAR_MATCHES, nearMatchText } from '../delivery-ids.js';
 import { ReceiverError } from '../errors.js';
 import { attemptsText, prettyBody, replayMark } from '../event-text.js';
-import { detailJson, summaryJson } from '../json/events.js';
+import { detailJson, eventJson, summaryJson } from '../json/events.js';
 import type { EventDetail, EventSummary } from '../store/ops-types.js';
 import type { Store } from '../store/types.js';
 import { parseTime } from '../time.js';
@@ -302,11 +302,7 @@ export async function showEvent(idText: string, options: ShowOptions, io: CliIo)
       hint: 'list recent events with `receiver events list`',
     });
   }
-  const detail = detailJson(event, config.sources);
-  // Routes this event has work or attempts of that the configuration no longer has (a
-  // reload removed them): that work stays as it is, and says so.
-  const configured = new Set(config.routes.map((r) => r.name));
-  const json = { ...detail, routesNotConfigured: [...new Set(detail.attemptLog.map((a) => a.route))].filter((r) => !configured.has(r)) };
+  const json = eventJson(event, config);
   if (options.json === true) return printJson(io.stdout, json);
   io.stdout.write(describeEvent(json));
 }

@@ -125,3 +125,14 @@ export function detailJson(e: EventDetail, sources: ReadonlyMap<string, Resolved
     })),
   };
 }
+
+/**
+ * The event as `events show --json` and the admin API give it: `detailJson` and the routes it
+ * has attempts of that the configuration no longer has (a reload removed them; that work stays
+ * as it is, and says so).
+ */
+export function eventJson(e: EventDetail, config: { sources: ReadonlyMap<string, ResolvedSource>; routes: readonly { name: string }[] }) {
+  const detail = detailJson(e, config.sources);
+  const configured = new Set(config.routes.map((r) => r.name));
+  return { ...detail, routesNotConfigured: [...new Set(detail.attemptLog.map((a) => a.route))].filter((r) => !configured.has(r)) };
+}

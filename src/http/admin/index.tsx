@@ -1,7 +1,7 @@
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
-import { detailJson, summaryJson } from '../../json/events.js';
+import { detailJson, eventJson, summaryJson } from '../../json/events.js';
 import { replayJson } from '../../json/replay.js';
 import { statsJson } from '../../json/stats.js';
 import type { Config } from '../../config/load.js';
@@ -161,7 +161,7 @@ export function createAdmin(options: AdminOptions): Hono<AdminEnv> {
     const id = eventId(c.req.param('id'));
     const event = await store.getEvent(id);
     if (event === undefined) return jsonError(c, 404, 'not_found', `event ${id} does not exist (never received, or purged)`);
-    return c.json(detailJson(event, config.sources));
+    return c.json(eventJson(event, config));
   });
 
   admin.get('/api/stats', async (c) => {

@@ -117,6 +117,8 @@ const statements = memo((d: Dialect) => {
     // force_effects to the id the replay's first attempt row will have at least: the drain
     // tells this replay's forced runs from earlier ones by it (forcedInThisReplay in drain/ledger.ts).
     // The event's units (a planned event) start over the same way, each counting its replay.
+    // An event without units (no route applied, or done before units existed) is planned
+    // again by the drain with the routes of the day.
     resetUnits: text(
       (p) => `UPDATE units SET status = 'pending', next_attempt_at = ${p()}, attempts = 0, lease_owner = NULL, lease_expires_at = NULL,
         finished_at = NULL, replays = replays + 1,
@@ -126,7 +128,8 @@ const statements = memo((d: Dialect) => {
     reset: text(
       (p) => `UPDATE events SET status = 'pending', next_attempt_at = ${p()}, attempts = 0,
         lease_owner = NULL, lease_expires_at = NULL, finished_at = NULL,
-        force_effects = CASE WHEN ${p()} = 1 THEN coalesce((SELECT max(a.id) FROM attempts a WHERE a.event_id = events.id), 0) + 1 ELSE force_effects END
+        force_effects = CASE WHEN ${p()} = 1 THEN coalesce((SELECT max(a.id) FROM attempts a WHERE a.event_id = events.id), 0) + 1 ELSE force_effects END,
+        planned = CASE WHEN EXISTS (SELECT 1 FROM units u WHERE u.event_id = events.id) THEN planned ELSE 0 END
         WHERE id IN (${d.idList(p())})`,
     ),
     event: text((p) => `SELECT ${DETAIL_COLUMNS} FROM events WHERE id = ${p()}`),
@@ -141,7 +144,8 @@ const statements = memo((d: Dialect) => {
     statsGroups: `SELECT source, status, count(*) AS n, CAST(coalesce(sum(duplicates), 0) AS bigint) AS d, min(received_at) AS oldest
       FROM events GROUP BY source, status`,
     statsConflicts: `SELECT CAST(coalesce(sum(1 + repeats), 0) AS bigint) AS n FROM conflicts`,
-    statsStuck: text((p) => `SELECT count(*) AS n, min(lease_expires_at) AS oldest FROM events WHERE status = 'processing' AND lease_expires_at < ${p()}`),
+    // A lease is a unit's: a claim whose lease ran out, not yet taken back.
+    statsStuck: text((p) => `SELECT count(*) AS n, min(lease_expires_at) AS oldest FROM units WHERE status = 'processing' AND lease_expires_at < ${p()}`),
     statsEffects: `SELECT status, count(*) AS n, min(finished_at) AS oldest FROM effects GROUP BY status`,
     statsLedgerBytes: d.tableBytes('effects'),
     // Ids start at 1 and are never reused: while event 1 is stored, nothing older was purged.

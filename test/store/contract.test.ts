@@ -348,6 +348,11 @@ describe.each(backends)('$name store contract', (backend) => {
         finishedAt: T0 + SEC,
         routeDecisions: ['deploy: event type "ping" not in [push]'],
       });
+      // A replay of an event without units (none applied, or done before units existed) has it planned again, with the routes of the day.
+      expect((await store.replayEvents([b.eventId], { force: false, now: T0 + SEC })).replayed).toHaveLength(1);
+      expect((await store.unplannedEvents(10)).map((e) => e.id)).toEqual([b.eventId]);
+      await store.planEvents([{ eventId: b.eventId, units: [], decisions: 'deploy: event type "ping" not in [push]' }], T0 + SEC);
+      expect(await store.getEvent(b.eventId)).toMatchObject({ status: 'done' });
       // A second receiver planning the same event (it read it before the first planned it) changes nothing.
       await store.planEvents([{ eventId: a.eventId, units: [{ route: 'other', lane: 'other' }], decisions: 'other: applies' }], T0);
       const units = await store.claimUnits('d', T0, LEASE, { busyLanes: [], lanes: 8, perLane: 8 });

@@ -8,7 +8,7 @@ import { resolveConfig, type Config } from '../src/config/load.js';
 import { run } from '../src/cli/main.js';
 import { createApp, type AppOptions } from '../src/http/app.js';
 import { SqliteStore } from '../src/store/sqlite/index.js';
-import type { ClaimedEvent, DrainStore } from '../src/store/drain-types.js';
+import type { ClaimedUnit, DrainStore } from '../src/store/drain-types.js';
 
 export const REPO = new URL('..', import.meta.url).pathname;
 export const BIN = join(REPO, 'bin/receiver.js');
@@ -328,7 +328,29 @@ export function waitFor<T>(get: () => T | undefined, what: string, timeoutMs = 5
   });
 }
 
-/** The drain's claim (claimEvents) of the one oldest due event; undefined when none is due. */
-export async function claimOne(store: DrainStore, owner: string, now: number, leaseMs: number): Promise<ClaimedEvent | undefined> {
-  return (await store.claimEvents(owner, now, leaseMs, 1))[0];
+/**
+ * Plans every stored event not planned yet as one unit of route `r` in a lane of its own
+ * (`e<id>`), so each event is claimed on its own as a whole, as the store tests expect.
+ */
+export async function planEach(store: DrainStore, now: number): Promise<void> {
+  for (;;) {
+    const events = await store.unplannedEvents(100);
+    if (events.length === 0) return;
+    await store.planEvents(
+      events.map((e) => ({ eventId: e.id, units: [{ route: 'r', lane: `e${e.id}` }], decisions: 'r: applies' })),
+      now,
+    );
+  }
+}
+
+/** The drain's claim of the one oldest due unit (events planned by planEach); undefined when none is due. */
+export async function claimOne(store: DrainStore, owner: string, now: number, leaseMs: number): Promise<ClaimedUnit | undefined> {
+  await planEach(store, now);
+  return (await store.claimUnits(owner, now, leaseMs, { busyLanes: [], lanes: 1, perLane: 1 }))[0];
+}
+
+/** Up to `limit` due units of as many lanes (events planned by planEach), oldest first. */
+export async function claimMany(store: DrainStore, owner: string, now: number, leaseMs: number, limit: number): Promise<ClaimedUnit[]> {
+  await planEach(store, now);
+  return store.claimUnits(owner, now, leaseMs, { busyLanes: [], lanes: limit, perLane: 1 });
 }

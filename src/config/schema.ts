@@ -105,6 +105,11 @@ const routeSchema = z.strictObject({
   filter: z.record(z.string(), z.union([z.string(), z.number(), z.boolean(), z.null()])).optional(),
   key: z.string().min(1),
   version: z.string().min(1).optional(),
+  /** The lane the route's effects run in: one at a time per lane, lanes side by side. Default: the route's name. */
+  lane: z
+    .string()
+    .regex(/^[A-Za-z0-9_.-]+$/, 'use letters, digits, "_", "-" and "." only')
+    .optional(),
   effect: effectSchema,
 });
 
@@ -185,8 +190,10 @@ export const configSchema = z.strictObject({
       leaseSeconds: z.number().positive().default(30),
       /** How often an idle drain looks for work written by another process (replay). */
       pollMs: z.number().int().positive().default(1000),
+      /** How many units (one route of one event) run at once, each in a lane of its own. */
+      maxConcurrent: z.number().int().positive().default(8),
     })
-    .default({ enabled: true, leaseSeconds: 30, pollMs: 1000 }),
+    .default({ enabled: true, leaseSeconds: 30, pollMs: 1000, maxConcurrent: 8 }),
   log: z
     .strictObject({
       level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),

@@ -2,12 +2,14 @@ import { randomBytes } from 'node:crypto';
 import { setImmediate as yieldToIo } from 'node:timers/promises';
 import { hostname } from 'node:os';
 import type { Config } from '../config/load.js';
+import type { RouteConfig } from '../config/schema.js';
 import { effectEnvironment, minimalEnvironment } from '../effects/exec.js';
 import { ModuleRunner } from '../effects/module-runner.js';
 import { isReceiverError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { ClaimedEvent, DrainStore, Lease } from '../store/drain-types.js';
-import { processEvent, type AttemptOutcome, type EventOutcome, type ProcessContext } from './process.js';
+import { laneOf, planRoutes, templateContext } from '../effects/routes.js';
+import type { ClaimedUnit, DrainStore, EventPlan, Lease } from '../store/drain-types.js';
+import { processUnit, type AttemptOutcome, type EventOutcome, type ProcessContext } from './process.js';
 
 export type { AttemptOutcome, EventOutcome };
 
@@ -21,7 +23,7 @@ export interface DrainOptions {
   random?: () => number;
   /** Every effect attempt (metrics, tests). */
   onAttempt?: (a: AttemptOutcome) => void;
-  /** What became of each claimed event. */
+  /** What became of each claimed unit. */
   onEvent?: (e: EventOutcome) => void;
   /** What exec effects may draw on; default: this process's minimal variables and those routes list in `effect.env` (effectEnvironment). */
   execEnv?: NodeJS.ProcessEnv;
@@ -38,7 +40,7 @@ export interface DrainOptions {
 export interface Drain {
   /** A new event was committed: look for work now. */
   wake(): void;
-  /** Stops claiming; waits up to graceMs for the running effect, then leaves it to its lease. */
+  /** Stops claiming; waits up to graceMs for the running effects, then leaves them to their lease. */
   stop(graceMs: number): Promise<void>;
   /**
    * A reloaded configuration (routes, retry, http effects' secrets) and exec effects'
@@ -52,32 +54,39 @@ export interface Drain {
 const ERROR_PAUSE_MS = 1000;
 
 /**
- * Events claimed in one transaction and then run one at a time (claim ahead): the claim's
- * cost is shared, and the effects stay serial and in order. Small, so that several
- * receivers on one database still share the work.
+ * Units of one lane claimed in one transaction and then run one at a time (claim ahead):
+ * the claim's cost is shared, and the lane stays serial and in order. Small, so that
+ * several receivers on one database still share the work.
  */
 export const CLAIM_BATCH = 16;
+
+/** Events planned in one transaction. */
+const PLAN_BATCH = 64;
 
 /** The heartbeat renews every held claim this many times per lease. */
 const RENEWALS_PER_LEASE = 3;
 
 /**
- * The serial drain: one event at a time per process. It claims the oldest due events (a
- * few at once) under a lease, runs each one's effects, settles it, and claims again at
- * once. While it holds claims, a heartbeat renews them every third of the lease, so an
- * effect may run longer than the lease and a live process's claims are never taken; a dead
- * process's claims come back through the claim itself once their lease expires, or at once
- * when this process can see that their owner died (same machine, see takeBackClaims).
- * With nothing due it sleeps until the next retry or lease expiry, at most `drain.pollMs`
- * (so events another process puts back, such as `replay`, are picked up within about that
- * long), and wakes at once on wake(). The loop holds no SQL: every database step is a
- * DrainStore method.
+ * The drain: lanes side by side, one unit at a time within a lane. It plans stored events
+ * into units (one per route that applies, in the route's lane), claims the oldest due units
+ * of lanes that are free (no unit running, here or in another process) under a lease, up to
+ * `drain.maxConcurrent` lanes at once, and runs each lane's units one after another, each
+ * settled on its own. A lane that ends frees its place and the drain claims again at once.
+ * While it holds claims, a heartbeat renews them every third of the lease, so an effect may
+ * run longer than the lease and a live process's claims are never taken; a dead process's
+ * claims come back through the claim itself once their lease expires, or at once when this
+ * process can see that their owner died (same machine, see takeBackClaims). With nothing
+ * due it sleeps until the next retry or lease expiry, at most `drain.pollMs` (so work
+ * another process puts back, such as `replay`, is picked up within about that long), and
+ * wakes at once on wake() or when a lane ends. The loop holds no SQL: every database step
+ * is a DrainStore method.
  */
 export function startDrain(options: DrainOptions): Drain {
   const { config, store, logger } = options;
   const now = options.now ?? Date.now;
   const id = options.id ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   const leaseMs = config.drain.leaseSeconds * 1000;
+  const maxConcurrent = config.drain.maxConcurrent;
   const execEnv = options.execEnv ?? effectEnvironment(config);
   const ctx: ProcessContext = {
     config,
@@ -92,15 +101,17 @@ export function startDrain(options: DrainOptions): Drain {
     onAttempt: options.onAttempt,
     onEvent: options.onEvent,
   };
-  // Aborted when stop()'s grace runs out: the running effect is killed and left to its lease.
+  // Aborted when stop()'s grace runs out: the running effects are killed and left to their lease.
   const abort = new AbortController();
   let claims = 0;
   let stopping = false;
   let woken = false;
   let wakeSleeper: (() => void) | undefined;
-  /** Every claim this drain holds: the running event and those claimed ahead. */
+  /** Every claim this drain holds, by unit id: the running units and those claimed ahead. */
   const held = new Map<number, Lease>();
-  /** A reloaded configuration, for the next event to start (reconfigure). */
+  /** The lanes running here, each with the promise of its end. */
+  const lanes = new Map<string, Promise<void>>();
+  /** A reloaded configuration, taken in before the next plan and claim (reconfigure). */
   let next: Pick<ProcessContext, 'config' | 'execEnv'> | undefined;
 
   const heartbeat = setInterval(
@@ -115,6 +126,11 @@ export function startDrain(options: DrainOptions): Drain {
   );
   heartbeat.unref();
 
+  const wake = () => {
+    woken = true;
+    wakeSleeper?.();
+  };
+
   const sleep = (ms: number) =>
     new Promise<void>((resolve) => {
       if (woken || stopping) return resolve();
@@ -127,61 +143,91 @@ export function startDrain(options: DrainOptions): Drain {
       wakeSleeper = done;
     });
 
-  const idleMs = async (): Promise<number> => {
-    const due = await store.nextDueAt();
-    return due === undefined ? config.drain.pollMs : Math.min(config.drain.pollMs, Math.max(0, due - now()));
+  /** How long to sleep when `due` (the next due time outside the running lanes) is not yet. */
+  const idleMs = (due: number | undefined): number => {
+    // With every place taken, only a lane's end (a wake) frees one.
+    if (lanes.size >= maxConcurrent || due === undefined) return config.drain.pollMs;
+    return Math.min(config.drain.pollMs, Math.max(0, due - now()));
   };
 
-  const runBatch = async (batch: readonly ClaimedEvent[]) => {
-    for (const event of batch) held.set(event.id, event.lease);
+  /** Runs one lane's claimed units one after another; frees the lane at the end. */
+  const runLane = async (units: readonly ClaimedUnit[]) => {
     let started = 0;
     try {
-      for (const event of batch) {
-        // One event per turn of the event loop: requests that arrived meanwhile are read and
-        // answered first. (Every step of a no-op module effect completes without I/O, so
-        // without this a backlog would keep the loop on microtasks and HTTP would wait.)
-        await yieldToIo();
-        if (stopping) break;
-        started++;
-        if (next !== undefined) {
-          Object.assign(ctx, next);
-          next = undefined;
+      // The lane's steps may share transactions with the other lanes' (SQLite in serve).
+      await store.inGroup(async () => {
+        for (const unit of units) {
+          // One unit per turn of the event loop: requests that arrived meanwhile are read and
+          // answered first. (Every step of a no-op module effect completes without I/O, so
+          // without this a backlog would keep the loop on microtasks and HTTP would wait.)
+          await yieldToIo();
+          if (stopping) break;
+          started++;
+          await processUnit(ctx, unit, abort.signal);
+          held.delete(unit.unitId);
         }
-        await processEvent(ctx, event, abort.signal);
-        held.delete(event.id);
-      }
+      });
+    } catch (e) {
+      // The unit that failed midway is left to its lease (no longer renewed here).
+      if (isReceiverError(e, 'unavailable'))
+        logger.warn({ err: e.message, lane: units[0]?.lane }, 'drain: database unavailable; the lane is left to its lease');
+      else logger.error({ err: e, lane: units[0]?.lane }, 'drain step failed; the lane is left to its lease');
     } finally {
       // Claimed ahead but not started (stopping, or a step failed): back to pending at once,
-      // for this process's successor or another receiver, instead of after the lease. An
-      // event whose processing failed midway is left to its lease.
-      const unstarted = batch.slice(started).map((e) => e.lease);
-      held.clear();
+      // for this process's successor or another receiver, instead of after the lease.
+      const unstarted = units.slice(started).map((u) => u.lease);
+      for (const u of units) held.delete(u.unitId);
       if (unstarted.length > 0) {
-        await store.releaseEvents(unstarted).catch((e: unknown) => {
+        await store.releaseUnits(unstarted, now()).catch((e: unknown) => {
           logger.warn(
-            { err: e instanceof Error ? e.message : String(e), events: unstarted.length },
+            { err: e instanceof Error ? e.message : String(e), units: unstarted.length },
             'drain: could not release unstarted claims; they come back when their lease expires',
           );
         });
       }
+      lanes.delete(units[0]!.lane);
+      wake();
     }
   };
 
   const run = async () => {
     await takeBackClaims(store, id, now, logger);
+    await store.assignLanes(new Map(config.routes.map((r) => [r.name, laneOf(r)]))).catch((e: unknown) => {
+      logger.warn(
+        { err: e instanceof Error ? e.message : String(e) },
+        "drain: could not move pending work to its route's lane; it runs in the lane it was planned in",
+      );
+    });
     while (!stopping) {
       woken = false;
       try {
-        // A claim owner names one claim batch, not just the process: a late step of an old
-        // claim can never pass for the current one.
         const seen = options.idle?.generation();
-        // The claim and its events' steps may share transactions (SQLite in serve).
-        const claimed = await store.inGroup(async () => {
-          const batch = await store.claimEvents(`${id}#${++claims}`, now(), leaseMs, CLAIM_BATCH);
-          if (batch.length > 0) await runBatch(batch);
-          return batch.length;
-        });
-        if (claimed === 0) {
+        // A reloaded configuration applies to units started from now on; those running finish
+        // under the one they started with (they read it when they start).
+        if (next !== undefined) {
+          Object.assign(ctx, next);
+          next = undefined;
+        }
+        const planned = await planStored(store, ctx.config.routes, now());
+        let claimed = 0;
+        // A read first: a claim is a write (SQLite's write lock), made only when something is due.
+        const due = lanes.size < maxConcurrent ? await store.nextDueAt([...lanes.keys()], now()) : undefined;
+        if (due !== undefined && due <= now()) {
+          // A claim owner names one claim, not just the process: a late step of an old claim
+          // can never pass for the current one.
+          const limits = { busyLanes: [...lanes.keys()], lanes: maxConcurrent - lanes.size, perLane: CLAIM_BATCH };
+          const units = await store.claimUnits(`${id}#${++claims}`, now(), leaseMs, limits);
+          claimed = units.length;
+          const byLane = new Map<string, ClaimedUnit[]>();
+          for (const u of units) {
+            held.set(u.unitId, u.lease);
+            const batch = byLane.get(u.lane);
+            if (batch === undefined) byLane.set(u.lane, [u]);
+            else batch.push(u);
+          }
+          for (const [lane, batch] of byLane) lanes.set(lane, runLane(batch));
+        }
+        if (planned === 0 && claimed === 0) {
           const idle = options.idle;
           if (idle !== undefined) {
             // Said first, then looked: a delivery accepted after the claim either changed the
@@ -193,12 +239,14 @@ export function startDrain(options: DrainOptions): Drain {
             }
           }
           try {
-            await sleep(await idleMs());
+            await sleep(idleMs(due));
           } finally {
             idle?.sleeping(false);
           }
           continue;
         }
+        // One turn of the event loop between claims: the lanes just started take their first steps.
+        await yieldToIo();
       } catch (e) {
         // Claims not settled stay claimed and come back when their lease expires. A database
         // that is unavailable for a while is one line per try, without a stack.
@@ -207,15 +255,16 @@ export function startDrain(options: DrainOptions): Drain {
         await sleep(ERROR_PAUSE_MS);
       }
     }
+    await Promise.all(lanes.values());
   };
   const running = run();
-  logger.info({ drain: id, leaseSeconds: config.drain.leaseSeconds, pollMs: config.drain.pollMs, routes: config.routes.length }, 'drain started');
+  logger.info(
+    { drain: id, leaseSeconds: config.drain.leaseSeconds, pollMs: config.drain.pollMs, maxConcurrent, routes: config.routes.length },
+    'drain started',
+  );
 
   return {
-    wake() {
-      woken = true;
-      wakeSleeper?.();
-    },
+    wake,
     reconfigure(config: Config, execEnv: NodeJS.ProcessEnv) {
       next = { config, execEnv };
     },
@@ -228,7 +277,7 @@ export function startDrain(options: DrainOptions): Drain {
       clearTimeout(timer);
       if (result === 'timeout') {
         abort.abort();
-        // The running step gives up now; its release of unstarted claims still runs.
+        // The running steps give up now; their release of unstarted claims still runs.
         await Promise.race([running, new Promise((r) => setTimeout(r, 1000).unref())]);
         logger.warn({ graceMs }, 'drain stop: the running effect did not finish within the grace; it was killed and is left to its lease');
       } else {
@@ -238,6 +287,22 @@ export function startDrain(options: DrainOptions): Drain {
       ctx.modules?.close();
     },
   };
+}
+
+/**
+ * Plans up to a batch of the events stored since the last look: one unit per route that
+ * applies (routes, source, event type, filter, as planRoutes decides), in the route's lane.
+ * Returns how many events it planned.
+ */
+export async function planStored(store: DrainStore, routes: readonly RouteConfig[], now: number): Promise<number> {
+  const events = await store.unplannedEvents(PLAN_BATCH);
+  if (events.length === 0) return 0;
+  const plans: EventPlan[] = events.map((event) => {
+    const { plans: applying, decisions } = planRoutes(routes, event, templateContext(event));
+    return { eventId: event.id, units: applying.map((r) => ({ route: r.route.name, lane: laneOf(r.route) })), decisions };
+  });
+  await store.planEvents(plans, now);
+  return events.length;
 }
 
 /**

@@ -8,7 +8,7 @@ import { ModuleRunner } from '../effects/module-runner.js';
 import { planRoutes, templateContext, type PlannedEffect } from '../effects/routes.js';
 import type { EffectResult } from '../effects/types.js';
 import type { Logger } from '../log.js';
-import type { ClaimedEvent, DrainStore, EffectStart } from '../store/drain-types.js';
+import type { ClaimedUnit, DrainStore, EffectStart } from '../store/drain-types.js';
 import { nextAttemptAt } from './backoff.js';
 import type { AttemptOutcomeName, SettleStatus } from '../vocabulary.js';
 
@@ -20,6 +20,7 @@ export interface AttemptOutcome {
   eventType: string;
   attempt: number;
   route: string;
+  lane: string;
   effectKey?: string | undefined;
   /** See ATTEMPT_OUTCOMES; `failed` whether retryable or not; `timeout` (the attempts table says `failed`). */
   outcome: AttemptOutcomeName;
@@ -28,9 +29,11 @@ export interface AttemptOutcome {
   error?: string | undefined;
 }
 
-/** What became of the event after this claim. `lost`: the lease was taken over; nothing was changed. */
+/** What became of one unit (one route of one event) after this claim. `lost`: the lease was taken over; nothing was changed. */
 export interface EventOutcome {
   eventId: number;
+  route: string;
+  lane: string;
   attempt: number;
   status: SettleStatus;
   nextAttemptAt?: number | undefined;
@@ -67,10 +70,10 @@ interface Failure {
   busy?: true;
 }
 
-/** `completed`: the event was marked done together with its last effect (see runTransactionalEffect). */
+/** `completed`: the unit was marked done together with its effect (see runTransactionalEffect). */
 type RouteResult = { lost: true } | { lost: false; failure?: Failure; completed?: boolean };
 
-/** The receiver is stopping past its grace while a bookkeeping write still fails: the event is left to its lease. */
+/** The receiver is stopping past its grace while a bookkeeping write still fails: the unit is left to its lease. */
 export class Interrupted extends Error {
   constructor(what: string, cause: unknown) {
     super(`${what}: stopped while the database was failing (${cause instanceof Error ? cause.message : String(cause)})`);
@@ -121,87 +124,88 @@ function pause(ms: number, signal: AbortSignal): Promise<void> {
 }
 
 /**
- * Runs every matching route's effect for one claimed event, then settles the event: done,
- * a retry after backoff, or dead. Each route is its own effect under its own key; a route
- * that is done is skipped by the ledger when the event comes back after another's failure.
+ * Runs one claimed unit: its route's effect for its event, then settles the unit: done, a
+ * retry after backoff, or dead. A route no longer configured, or that no longer applies to
+ * the event (its filter changed since the event was planned), has nothing to run: done.
  */
-export async function processEvent(ctx: ProcessContext, event: ClaimedEvent, signal: AbortSignal): Promise<EventOutcome> {
-  const tctx = templateContext(event);
-  const failures: Failure[] = [];
-  // Why each route did or did not apply: stored with the event when this attempt settles.
-  const { plans, decisions } = planRoutes(ctx.config.routes, event, tctx);
-  for (const [i, plan] of plans.entries()) {
+export async function processUnit(ctx: ProcessContext, unit: ClaimedUnit, signal: AbortSignal): Promise<EventOutcome> {
+  const outcome = (status: SettleStatus, more: Partial<EventOutcome> = {}): EventOutcome => ({
+    eventId: unit.id,
+    route: unit.route,
+    lane: unit.lane,
+    attempt: unit.attempt,
+    status,
+    ...more,
+  });
+  const route = ctx.config.routes.find((r) => r.name === unit.route);
+  const tctx = templateContext(unit);
+  const plan = route === undefined ? undefined : planRoutes([route], unit, tctx).plans[0];
+  try {
+    if (plan === undefined) {
+      ctx.logger.warn({ eventId: unit.id, route: unit.route }, 'drain: the route is no longer configured or no longer applies to the event; nothing to run');
+      const held = await persist(ctx, 'complete unit', unit.id, signal, () => ctx.store.completeUnit(unit.lease, ctx.now()));
+      return settle(ctx, unit, outcome(held ? 'done' : 'lost'));
+    }
     if (plan.kind === 'failure') {
       const at = ctx.now();
       const record = {
-        eventId: event.id,
-        attempt: event.attempt,
-        route: plan.route.name,
+        eventId: unit.id,
+        attempt: unit.attempt,
+        route: unit.route,
         outcome: 'failed' as const,
         error: plan.error,
         startedAt: at,
         finishedAt: at,
       };
-      await persist(ctx, 'record attempt', event.id, signal, () => ctx.store.recordAttempt(record));
-      report(ctx, event, plan.route.name, undefined, 'failed', false, 0, plan.error);
-      failures.push({ route: plan.route.name, error: plan.error, retryable: true });
-      continue;
+      await persist(ctx, 'record attempt', unit.id, signal, () => ctx.store.recordAttempt(record));
+      report(ctx, unit, unit.route, undefined, 'failed', false, 0, plan.error);
+      return await settleUnit(ctx, unit, { route: unit.route, error: plan.error, retryable: true }, signal, outcome);
     }
     let r: RouteResult;
-    // The last effect of an event where nothing failed may mark it done in its own commit.
-    const last = i === plans.length - 1 && failures.length === 0;
     try {
-      r = await runRoute(ctx, event, plan, tctx.body, signal, last, decisions);
+      r = await runRoute(ctx, unit, plan, tctx.body, signal);
     } catch (e) {
       if (!(e instanceof Interrupted)) throw e;
       r = { lost: false };
     }
     // Past the shutdown grace: whatever ran is left to its lease (the ledger shows it running).
-    if (signal.aborted) return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: 'interrupted' });
-    if (r.lost) return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: 'lost' });
-    if (r.completed === true) return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: 'done' });
-    if (r.failure !== undefined) failures.push(r.failure);
-  }
-
-  try {
-    return await settleEvent(ctx, event, failures, signal, decisions);
+    if (signal.aborted) return settle(ctx, unit, outcome('interrupted'));
+    if (r.lost) return settle(ctx, unit, outcome('lost'));
+    if (r.completed === true) return settle(ctx, unit, outcome('done'));
+    return await settleUnit(ctx, unit, r.failure, signal, outcome);
   } catch (e) {
     if (!(e instanceof Interrupted)) throw e;
-    return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: 'interrupted' });
+    return settle(ctx, unit, outcome('interrupted'));
   }
 }
 
-async function settleEvent(ctx: ProcessContext, event: ClaimedEvent, failures: Failure[], signal: AbortSignal, decisions: string): Promise<EventOutcome> {
-  const now = ctx.now();
-  if (failures.length === 0) {
-    const held = await persist(ctx, 'complete event', event.id, signal, () => ctx.store.completeEvent(event.lease, now, decisions));
-    return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: held ? 'done' : 'lost' });
-  }
-  const error = failures.map((f) => `${f.route}: ${f.error}`).join('; ');
-  const permanent = failures.some((f) => !f.retryable);
-  // Waiting for another event's run of the same key is not a failure: it never makes an
-  // event dead, whatever its attempt count (after a crash that wait lasts a whole lease).
-  const onlyWaiting = failures.every((f) => f.busy === true);
-  if (permanent || (event.attempt >= ctx.config.retry.maxAttempts && !onlyWaiting)) {
-    const why = permanent ? error : `${error} (gave up after ${event.attempt} attempts)`;
-    const held = await persist(ctx, 'bury event', event.id, signal, () => ctx.store.buryEvent(event.lease, why, now, decisions));
-    return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: held ? 'dead' : 'lost', error: why });
-  }
-  const retryAfterMs = Math.max(0, ...failures.map((f) => f.retryAfterMs ?? 0));
-  const at = nextAttemptAt(now, event.attempt, ctx.config.retry, ctx.random, retryAfterMs > 0 ? retryAfterMs : undefined);
-  const held = await persist(ctx, 'retry event', event.id, signal, () => ctx.store.retryEvent(event.lease, error, at, decisions));
-  return settle(ctx, event, { eventId: event.id, attempt: event.attempt, status: held ? 'retry' : 'lost', nextAttemptAt: at, error });
-}
-
-async function runRoute(
+async function settleUnit(
   ctx: ProcessContext,
-  event: ClaimedEvent,
-  plan: PlannedEffect,
-  json: unknown,
+  unit: ClaimedUnit,
+  failure: Failure | undefined,
   signal: AbortSignal,
-  last: boolean,
-  decisions: string,
-): Promise<RouteResult> {
+  outcome: (status: SettleStatus, more?: Partial<EventOutcome>) => EventOutcome,
+): Promise<EventOutcome> {
+  const now = ctx.now();
+  if (failure === undefined) {
+    const held = await persist(ctx, 'complete unit', unit.id, signal, () => ctx.store.completeUnit(unit.lease, now));
+    return settle(ctx, unit, outcome(held ? 'done' : 'lost'));
+  }
+  const error = failure.error;
+  // Waiting for another event's run of the same key is not a failure: it never makes a
+  // unit dead, whatever its attempt count (after a crash that wait lasts a whole lease).
+  if (!failure.retryable || (unit.attempt >= ctx.config.retry.maxAttempts && failure.busy !== true)) {
+    const why = !failure.retryable ? error : `${error} (gave up after ${unit.attempt} attempts)`;
+    const held = await persist(ctx, 'bury unit', unit.id, signal, () => ctx.store.buryUnit(unit.lease, why, now));
+    return settle(ctx, unit, outcome(held ? 'dead' : 'lost', { error: why }));
+  }
+  const retryAfterMs = failure.retryAfterMs ?? 0;
+  const at = nextAttemptAt(now, unit.attempt, ctx.config.retry, ctx.random, retryAfterMs > 0 ? retryAfterMs : undefined);
+  const held = await persist(ctx, 'retry unit', unit.id, signal, () => ctx.store.retryUnit(unit.lease, error, at));
+  return settle(ctx, unit, outcome(held ? 'retry' : 'lost', { nextAttemptAt: at, error }));
+}
+
+async function runRoute(ctx: ProcessContext, event: ClaimedUnit, plan: PlannedEffect, json: unknown, signal: AbortSignal): Promise<RouteResult> {
   const route = plan.route;
   const start: EffectStart = {
     route: route.name,
@@ -266,7 +270,7 @@ async function runRoute(
             }),
         ctx.now,
         ctx.leaseMs,
-        { completeOnOk: last, routeDecisions: decisions },
+        { completeOnOk: true },
       ),
     );
     if (r.action === 'lost') return { lost: true };
@@ -321,7 +325,7 @@ async function runRoute(
 
 async function runExternal(
   ctx: ProcessContext,
-  event: ClaimedEvent,
+  event: ClaimedUnit,
   plan: PlannedEffect,
   runKey: string,
   timeoutMs: number,
@@ -370,7 +374,7 @@ function sharedRunner(env: NodeJS.ProcessEnv): ModuleRunner {
   return (shared ??= new ModuleRunner(minimalEnvironment(env)));
 }
 
-function eventView(e: ClaimedEvent) {
+function eventView(e: ClaimedUnit) {
   return { id: e.id, source: e.source, deliveryId: e.deliveryId, eventType: e.eventType, headers: e.headers, body: e.body, receivedAt: e.receivedAt };
 }
 
@@ -386,7 +390,7 @@ function errorOf(d: { action: string; appliedVersion?: string; heldByEventId?: n
 
 function report(
   ctx: ProcessContext,
-  e: ClaimedEvent,
+  e: ClaimedUnit,
   route: string,
   effectKey: string | undefined,
   outcome: AttemptOutcome['outcome'],
@@ -401,6 +405,7 @@ function report(
     eventType: e.eventType,
     attempt: e.attempt,
     route,
+    lane: e.lane,
     effectKey,
     outcome,
     forced,
@@ -414,11 +419,13 @@ function report(
   ctx.onAttempt?.(a);
 }
 
-function settle(ctx: ProcessContext, e: ClaimedEvent, o: EventOutcome): EventOutcome {
+function settle(ctx: ProcessContext, e: ClaimedUnit, o: EventOutcome): EventOutcome {
   const fields = {
     eventId: e.id,
     source: e.source,
     deliveryId: e.deliveryId,
+    route: e.route,
+    lane: e.lane,
     attempt: e.attempt,
     status: o.status,
     // Every time on a log line is ISO 8601 (UTC), like `time`; durations are numbers in ms.

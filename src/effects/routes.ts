@@ -21,6 +21,9 @@ export interface RouteFailure {
 
 export type RoutePlan = PlannedEffect | RouteFailure;
 
+/** The lane a route's effects run in: its `lane`, by default its name. */
+export const laneOf = (route: RouteConfig): string => route.lane ?? route.name;
+
 const effectKeyOf = (route: string, businessKey: string) => `${route}:${businessKey}`;
 
 /** The route's source and event-type globs select this event (its filter not yet asked). */

@@ -1,4 +1,4 @@
-import type { ClaimedEvent } from '../store/drain-types.js';
+import type { UnplannedEvent } from '../store/drain-types.js';
 
 /**
  * Glossary (effects)
@@ -27,7 +27,7 @@ export type EffectResult =
     };
 
 /** The part of a claimed event an effect sees. */
-export type EffectEvent = Pick<ClaimedEvent, 'id' | 'source' | 'deliveryId' | 'eventType' | 'headers' | 'body' | 'receivedAt'>;
+export type EffectEvent = Pick<UnplannedEvent, 'id' | 'source' | 'deliveryId' | 'eventType' | 'headers' | 'body' | 'receivedAt'>;
 
 /** Keep the last `max` bytes of a stream's output. */
 export class OutputTail {

@@ -33,9 +33,10 @@ const statements = memo((d: Dialect) => {
     ),
     waiting: `SELECT
         (SELECT min(next_attempt_at) FROM events${d.indexedBy('events_due')} WHERE status = 'pending') AS due_at,
-        (SELECT min(lease_expires_at) FROM events${d.indexedBy('events_leased')} WHERE status = 'processing') AS lease_at`,
+        (SELECT min(lease_expires_at) FROM units${d.indexedBy('units_leased')} WHERE status = 'processing') AS lease_at`,
     dueId: text((p) => `SELECT id FROM events WHERE status = 'pending' AND next_attempt_at = ${p()} ORDER BY id LIMIT 1`),
-    leaseId: text((p) => `SELECT id FROM events WHERE status = 'processing' AND lease_expires_at = ${p()} ORDER BY id LIMIT 1`),
+    // A lease is a unit's: the event of the unit whose lease it is.
+    leaseId: text((p) => `SELECT event_id AS id FROM units WHERE status = 'processing' AND lease_expires_at = ${p()} ORDER BY id LIMIT 1`),
     firing: `SELECT ${ALERT_COLUMNS} FROM alerts WHERE status = 'firing' ORDER BY id`,
     // The unique index on firing keys decides: a key already firing stores nothing.
     fire: text(

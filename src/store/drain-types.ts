@@ -1,7 +1,8 @@
 import type { EffectStatus } from '../vocabulary.js';
 
 /**
- * The drain's view of the store: claims under leases, the effect ledger, settles. Written
+ * The drain's view of the store: units planned from events, claims under leases per lane,
+ * the effect ledger, settles. Written
  * once in ./drain/ over each database's backend (README.md says where each rule lives).
  * Every time is milliseconds since the epoch passed in by the caller (`now`), so tests
  * move time without sleeping. Every method taking a `Lease` applies only while the caller
@@ -9,16 +10,50 @@ import type { EffectStatus } from '../vocabulary.js';
  * nothing about the event.
  */
 
-/** A claim on one event by one drain. `owner` is unique per claim. */
+/** A claim on one unit (one route of one event) by one drain. `owner` is unique per claim. */
 export interface Lease {
+  unitId: number;
   eventId: number;
   owner: string;
   expiresAt: number;
 }
 
-/** An event as the drain sees it once claimed. */
-export interface ClaimedEvent {
+/** A stored event the drain has not planned yet: which routes apply to it is decided from these. */
+export interface UnplannedEvent {
   id: number;
+  source: string;
+  deliveryId: string;
+  eventType: string;
+  headers: Record<string, string>;
+  body: Buffer;
+  receivedAt: number;
+}
+
+/** What planning decided for one event: a unit per route that applies (none: the event is done). */
+export interface EventPlan {
+  eventId: number;
+  units: readonly { route: string; lane: string }[];
+  /** Why each route did or did not apply (routeDecisions). */
+  decisions: string;
+}
+
+/** What a claim may take: lanes not running here, how many lanes, how many units of each. */
+export interface ClaimLimits {
+  /** Lanes this drain is running now: never claimed again until they end. */
+  busyLanes: readonly string[];
+  /** At most this many lanes (maxConcurrent less the lanes running). */
+  lanes: number;
+  /** At most this many units of one lane, run one after another in id order. */
+  perLane: number;
+}
+
+/** One unit (one route of one event) as the drain sees it once claimed, with its event. */
+export interface ClaimedUnit {
+  /** The event's id. */
+  id: number;
+  unitId: number;
+  route: string;
+  lane: string;
   source: string;
   deliveryId: string;
   eventType: string;
@@ -26,9 +61,9 @@ export interface ClaimedEvent {
   headers: Record<string, string>;
   body: Buffer;
   receivedAt: number;
-  /** The attempt this claim is: 1 for the first claim, counting reclaims after a crash. */
+  /** The unit's attempt this claim is: 1 for the first claim, counting reclaims after a crash. */
   attempt: number;
-  /** `replay --force`: run effects even when their key is already done. */
+  /** `replay --force`: run the effect even when its key is already done. */
   forceEffects: boolean;
   lease: Lease;
 }
@@ -140,11 +175,27 @@ export interface DrainStore {
    */
   readonly claimsAreLocal: boolean;
 
+  /** Events stored but not planned yet, oldest first, at most `limit`. */
+  unplannedEvents(limit: number): Promise<UnplannedEvent[]>;
+
   /**
-   * Claims up to `limit` due events, oldest first, in one transaction, all for `owner`
-   * until `now + leaseMs` (each claim is still guarded by its own event id and owner).
+   * Stores each event's units (pending, due when the event is), or marks it done when none
+   * applies, with its route decisions. An event planned meanwhile (another receiver) is left as it is.
    */
-  claimEvents(owner: string, now: number, leaseMs: number, limit: number): Promise<ClaimedEvent[]>;
+  planEvents(plans: readonly EventPlan[], now: number): Promise<void>;
+
+  /**
+   * Moves every unit not running to the lane its route runs in now (`lanes`: route name to
+   * lane), so a configuration that changed a route's lane applies to work already planned.
+   */
+  assignLanes(lanes: ReadonlyMap<string, string>): Promise<void>;
+
+  /**
+   * Claims due units, oldest first per lane, in one transaction, all for `owner` until
+   * `now + leaseMs`: of lanes where no unit is running (here or in another process), up to
+   * `limits.lanes` lanes and `limits.perLane` units of each (see drain/claim.ts).
+   */
+  claimUnits(owner: string, now: number, leaseMs: number, limits: ClaimLimits): Promise<ClaimedUnit[]>;
 
   /**
    * Runs `fn` (a claim and its events' steps) letting the store share transactions between
@@ -168,17 +219,20 @@ export interface DrainStore {
    */
   renewLeases(leases: readonly Lease[], now: number, leaseMs: number): Promise<void>;
 
-  /** Claimed events the drain did not start (it is stopping): back to `pending`, the claim not counted as an attempt. */
-  releaseEvents(leases: readonly Lease[]): Promise<void>;
+  /** Claimed units the drain did not start (it is stopping): back to `pending`, the claim not counted as an attempt. */
+  releaseUnits(leases: readonly Lease[], now: number): Promise<void>;
 
-  /** The distinct owners of every current claim (`processing` events), live or expired. */
+  /** The distinct owners of every current claim (`processing` units), live or expired. */
   claimOwners(): Promise<string[]>;
 
   /** Ends every claim whose owner starts with `ownerPrefix` at `now` (its process is known dead), so it is due at once. */
   expireClaims(ownerPrefix: string, now: number): Promise<number>;
 
-  /** The earliest time something becomes due (a retry or an expiring lease); undefined when none. */
-  nextDueAt(): Promise<number | undefined>;
+  /**
+   * The earliest time something becomes due (an event to plan, a retry, an expiring lease)
+   * outside `busyLanes`, at `now`; undefined when none.
+   */
+  nextDueAt(busyLanes: readonly string[], now: number): Promise<number | undefined>;
 
   /**
    * Decides and records the start of an external effect in one committed transaction:
@@ -207,22 +261,22 @@ export interface DrainStore {
     handler: (db: EffectDb, run: EffectRun) => Promise<void>,
     now: () => number,
     leaseMs: number,
-    options?: { completeOnOk?: boolean; routeDecisions?: string | undefined },
+    options?: { completeOnOk?: boolean },
   ): Promise<TransactionalOutcome>;
 
   /** Records an attempt that ran no effect (a key template that resolved to nothing). */
   recordAttempt(record: AttemptRecord): Promise<void>;
 
   /**
-   * `done`: clears the lease, last_error and force_effects. False when the lease is lost.
-   * Every settle (and a module effect's `completeOnOk`) also stores `routeDecisions`, why
-   * each route did or did not apply in this attempt (planRoutes), when given.
+   * The unit `done`: clears its lease, last_error and force_effects. False when the lease is
+   * lost. Every settle (and a module effect's `completeOnOk`) derives the event's status
+   * from its units' in the same transaction (drain/settle.ts).
    */
-  completeEvent(lease: Lease, now: number, routeDecisions?: string): Promise<boolean>;
+  completeUnit(lease: Lease, now: number): Promise<boolean>;
 
-  /** Back to `pending` until `nextAttemptAt`, keeping `error` as last_error. False when the lease is lost. */
-  retryEvent(lease: Lease, error: string, nextAttemptAt: number, routeDecisions?: string): Promise<boolean>;
+  /** The unit back to `pending` until `nextAttemptAt`, keeping `error` as last_error. False when the lease is lost. */
+  retryUnit(lease: Lease, error: string, nextAttemptAt: number): Promise<boolean>;
 
-  /** `dead` with `error` as last_error (past maxAttempts, or a permanent failure). False when the lease is lost. */
-  buryEvent(lease: Lease, error: string, now: number, routeDecisions?: string): Promise<boolean>;
+  /** The unit `dead` with `error` as last_error (past maxAttempts, or a permanent failure). False when the lease is lost. */
+  buryUnit(lease: Lease, error: string, now: number): Promise<boolean>;
 }

@@ -20,6 +20,7 @@ import {
   ATTEMPT_COLUMNS,
   CONFLICT_COLUMNS,
   DETAIL_COLUMNS,
+  EVENT_LEASE_COLUMNS,
   EFFECT_COLUMNS,
   SUMMARY_COLUMNS,
   toDetail,
@@ -73,7 +74,7 @@ const ledgerPurgeable = (p: () => string) => `f.status IN ('done', 'failed') AND
   AND NOT EXISTS (SELECT 1 FROM events e WHERE e.id = f.event_id)
   AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.effect_key = f.effect_key)`;
 
-const REPLAY_COLUMNS = `id, source, delivery_id, status, lease_owner, lease_expires_at, CASE WHEN body IS NULL THEN 1 ELSE 0 END AS body_dropped`;
+const REPLAY_COLUMNS = `id, source, delivery_id, status, ${EVENT_LEASE_COLUMNS}, CASE WHEN body IS NULL THEN 1 ELSE 0 END AS body_dropped`;
 
 const statements = memo((d: Dialect) => {
   const text = (build: (p: () => string) => string) => sqlText(d, build);
@@ -115,10 +116,20 @@ const statements = memo((d: Dialect) => {
     // pending force (the drain clears it when it completes the event). A forced one sets
     // force_effects to the id the replay's first attempt row will have at least: the drain
     // tells this replay's forced runs from earlier ones by it (forcedInThisReplay in drain/ledger.ts).
+    // The event's units (a planned event) start over the same way, each counting its replay.
+    // An event without units (no route applied, or done before units existed) is planned
+    // again by the drain with the routes of the day.
+    resetUnits: text(
+      (p) => `UPDATE units SET status = 'pending', next_attempt_at = ${p()}, attempts = 0, lease_owner = NULL, lease_expires_at = NULL,
+        finished_at = NULL, replays = replays + 1,
+        force_effects = CASE WHEN ${p()} = 1 THEN coalesce((SELECT max(a.id) FROM attempts a WHERE a.event_id = units.event_id), 0) + 1 ELSE force_effects END
+        WHERE event_id IN (${d.idList(p())})`,
+    ),
     reset: text(
       (p) => `UPDATE events SET status = 'pending', next_attempt_at = ${p()}, attempts = 0,
         lease_owner = NULL, lease_expires_at = NULL, finished_at = NULL,
-        force_effects = CASE WHEN ${p()} = 1 THEN coalesce((SELECT max(a.id) FROM attempts a WHERE a.event_id = events.id), 0) + 1 ELSE force_effects END
+        force_effects = CASE WHEN ${p()} = 1 THEN coalesce((SELECT max(a.id) FROM attempts a WHERE a.event_id = events.id), 0) + 1 ELSE force_effects END,
+        planned = CASE WHEN EXISTS (SELECT 1 FROM units u WHERE u.event_id = events.id) THEN planned ELSE 0 END
         WHERE id IN (${d.idList(p())})`,
     ),
     event: text((p) => `SELECT ${DETAIL_COLUMNS} FROM events WHERE id = ${p()}`),
@@ -133,7 +144,8 @@ const statements = memo((d: Dialect) => {
     statsGroups: `SELECT source, status, count(*) AS n, CAST(coalesce(sum(duplicates), 0) AS bigint) AS d, min(received_at) AS oldest
       FROM events GROUP BY source, status`,
     statsConflicts: `SELECT CAST(coalesce(sum(1 + repeats), 0) AS bigint) AS n FROM conflicts`,
-    statsStuck: text((p) => `SELECT count(*) AS n, min(lease_expires_at) AS oldest FROM events WHERE status = 'processing' AND lease_expires_at < ${p()}`),
+    // A lease is a unit's: a claim whose lease ran out, not yet taken back.
+    statsStuck: text((p) => `SELECT count(*) AS n, min(lease_expires_at) AS oldest FROM units WHERE status = 'processing' AND lease_expires_at < ${p()}`),
     statsEffects: `SELECT status, count(*) AS n, min(finished_at) AS oldest FROM effects GROUP BY status`,
     statsLedgerBytes: d.tableBytes('effects'),
     // Ids start at 1 and are never reused: while event 1 is stored, nothing older was purged.
@@ -277,7 +289,11 @@ function* applyReplay(d: Dialect, asked: readonly number[], found: readonly Repl
   }
   // All or nothing: the operator fixes the list and runs the same command again.
   if (refused.length > 0) return { replayed: [], refused };
-  if (asked.length > 0) yield* changes(statements(d).reset, [options.now, options.force ? 1 : 0, d.ids(asked)]);
+  if (asked.length > 0) {
+    const params = [options.now, options.force ? 1 : 0, d.ids(asked)];
+    yield* changes(statements(d).resetUnits, params);
+    yield* changes(statements(d).reset, params);
+  }
   return {
     replayed: asked.map((id) => {
       const r = byId.get(id)!;

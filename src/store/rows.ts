@@ -1,4 +1,4 @@
-import type { ClaimedEvent, LedgerRow } from './drain-types.js';
+import type { ClaimedUnit, LedgerRow, UnplannedEvent } from './drain-types.js';
 import type { EventOrigin, EventStatus } from '../vocabulary.js';
 import type { AttemptRow, ConflictRow, EffectRow, EventDetail, EventSummary, HourlyDeliveries, RouteFailures } from './ops-types.js';
 
@@ -143,7 +143,11 @@ export interface EventDetailDbRow extends EventSummaryRow {
   route_decisions: string | null;
 }
 
-export const DETAIL_COLUMNS = `${SUMMARY_COLUMNS}, headers, body, body_sha256, extra_ids, response_status, lease_owner, lease_expires_at, route_decisions`;
+/** An event's lease, as columns of a SELECT from events: its running units' latest (a lease is a unit's). */
+export const EVENT_LEASE_COLUMNS = `(SELECT max(u.lease_owner) FROM units u WHERE u.event_id = events.id AND u.status = 'processing') AS lease_owner,
+  (SELECT max(u.lease_expires_at) FROM units u WHERE u.event_id = events.id AND u.status = 'processing') AS lease_expires_at`;
+
+export const DETAIL_COLUMNS = `${SUMMARY_COLUMNS}, headers, body, body_sha256, extra_ids, response_status, ${EVENT_LEASE_COLUMNS}, route_decisions`;
 
 export function toDetail(
   r: EventDetailDbRow,
@@ -168,7 +172,8 @@ export function toDetail(
 }
 
 /** An event as a claim returns it. */
-export interface ClaimDbRow {
+/** An event's columns the drain reads to plan it or run one of its units. */
+export interface EventWorkDbRow {
   id: number;
   source: string;
   delivery_id: string;
@@ -176,15 +181,11 @@ export interface ClaimDbRow {
   headers: JsonColumn;
   body: Buffer | null;
   received_at: number;
-  attempts: number;
-  force_effects: number;
-  lease_owner: string;
-  lease_expires_at: number;
 }
 
-export const CLAIM_COLUMNS = `id, source, delivery_id, event_type, headers, body, received_at, attempts, force_effects, lease_owner, lease_expires_at`;
+export const EVENT_WORK_COLUMNS = `id, source, delivery_id, event_type, headers, body, received_at`;
 
-export function toClaimed(r: ClaimDbRow): ClaimedEvent {
+export function toUnplanned(r: EventWorkDbRow): UnplannedEvent {
   return {
     id: r.id,
     source: r.source,
@@ -193,9 +194,32 @@ export function toClaimed(r: ClaimDbRow): ClaimedEvent {
     headers: jsonObject(r.headers) ?? {},
     body: r.body ?? Buffer.alloc(0),
     receivedAt: r.received_at,
-    attempt: r.attempts,
-    forceEffects: r.force_effects !== 0,
-    lease: { eventId: r.id, owner: r.lease_owner, expiresAt: r.lease_expires_at },
+  };
+}
+
+/** A claimed unit's row. */
+export interface UnitClaimDbRow {
+  id: number;
+  event_id: number;
+  route: string;
+  lane: string;
+  attempts: number;
+  force_effects: number;
+  lease_owner: string;
+  lease_expires_at: number;
+}
+
+export const UNIT_CLAIM_COLUMNS = `id, event_id, route, lane, attempts, force_effects, lease_owner, lease_expires_at`;
+
+export function toClaimed(u: UnitClaimDbRow, e: EventWorkDbRow): ClaimedUnit {
+  return {
+    ...toUnplanned(e),
+    unitId: u.id,
+    route: u.route,
+    lane: u.lane,
+    attempt: u.attempts,
+    forceEffects: u.force_effects !== 0,
+    lease: { unitId: u.id, eventId: u.event_id, owner: u.lease_owner, expiresAt: u.lease_expires_at },
   };
 }
 

@@ -100,6 +100,13 @@ export interface Dialect {
    * serialises every writer (SQLite).
    */
   lockEffectKey?: (effectKey: string, waitMs: number) => Stmt;
+  /**
+   * A condition that takes a transaction-scoped lock on the lane named by `column` when no
+   * other transaction holds it, and is false when one does (PostgreSQL's
+   * pg_try_advisory_xact_lock): two receivers claiming at once never decide about one
+   * lane together. Absent where the write lock already serialises every claim (SQLite).
+   */
+  tryLockLane?: (column: string) => string;
 }
 
 /** Builds one SQL text, numbering its placeholders in the order `p()` is called. */

@@ -1,11 +1,11 @@
 import type { CatchUpRunRecord, CatchUpStore, FetchedEvent } from './catch-up-types.js';
-import type { AttemptRecord, DrainStore, EffectFinish, EffectStart, Lease } from './drain-types.js';
+import type { AttemptRecord, ClaimLimits, DrainStore, EffectFinish, EffectStart, EventPlan, Lease } from './drain-types.js';
 import type { DrainBackend } from './drain/backend.js';
-import { claimEvents, claimOwners, expireClaims, nextDueAt } from './drain/claim.js';
+import { assignLanes, claimOwners, claimUnits, expireClaims, nextDueAt, planEvents, unplannedEvents } from './drain/claim.js';
 import { renewLeases } from './drain/lease.js';
 import { beginEffect, finishEffect, recordAttempt } from './drain/ledger.js';
 import { runTransactionalEffect } from './drain/module-tx.js';
-import { buryEvent, completeEvent, releaseEvents, retryEvent } from './drain/settle.js';
+import { buryUnit, completeUnit, releaseUnits, retryUnit } from './drain/settle.js';
 import type { SharedOps } from './ops-steps.js';
 import type { ListEventsQuery, ReplayOptions, SearchEventsQuery } from './ops-types.js';
 
@@ -20,10 +20,19 @@ export abstract class StoreBase implements Omit<DrainStore, 'claimsAreLocal'>, S
   protected abstract readonly sharedOps: SharedOps;
   protected abstract readonly catchUp: CatchUpStore;
 
-  // DrainStore: claims (drain/claim.ts), leases (drain/lease.ts), the effect ledger
-  // (drain/ledger.ts), settles (drain/settle.ts), module effects (drain/module-tx.ts).
-  claimEvents(owner: string, now: number, leaseMs: number, limit: number) {
-    return claimEvents(this.drainBackend(), owner, now, leaseMs, limit);
+  // DrainStore: planning and claims (drain/claim.ts), leases (drain/lease.ts), the effect
+  // ledger (drain/ledger.ts), settles (drain/settle.ts), module effects (drain/module-tx.ts).
+  unplannedEvents(limit: number) {
+    return unplannedEvents(this.drainBackend(), limit);
+  }
+  planEvents(plans: readonly EventPlan[], now: number) {
+    return planEvents(this.drainBackend(), plans, now);
+  }
+  assignLanes(lanes: ReadonlyMap<string, string>) {
+    return assignLanes(this.drainBackend(), lanes);
+  }
+  claimUnits(owner: string, now: number, leaseMs: number, limits: ClaimLimits) {
+    return claimUnits(this.drainBackend(), owner, now, leaseMs, limits);
   }
   inGroup<T>(fn: () => Promise<T>): Promise<T> {
     return this.drainBackend().inGroup(fn);
@@ -34,8 +43,8 @@ export abstract class StoreBase implements Omit<DrainStore, 'claimsAreLocal'>, S
   renewLeases(leases: readonly Lease[], now: number, leaseMs: number) {
     return renewLeases(this.drainBackend(), leases, now, leaseMs);
   }
-  releaseEvents(leases: readonly Lease[]) {
-    return releaseEvents(this.drainBackend(), leases);
+  releaseUnits(leases: readonly Lease[], now: number) {
+    return releaseUnits(this.drainBackend(), leases, now);
   }
   claimOwners() {
     return claimOwners(this.drainBackend());
@@ -43,8 +52,8 @@ export abstract class StoreBase implements Omit<DrainStore, 'claimsAreLocal'>, S
   expireClaims(ownerPrefix: string, now: number) {
     return expireClaims(this.drainBackend(), ownerPrefix, now);
   }
-  nextDueAt() {
-    return nextDueAt(this.drainBackend());
+  nextDueAt(busyLanes: readonly string[], now: number) {
+    return nextDueAt(this.drainBackend(), busyLanes, now);
   }
   beginEffect(lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number) {
     return beginEffect(this.drainBackend(), lease, attempt, start, now, leaseMs);
@@ -54,20 +63,19 @@ export abstract class StoreBase implements Omit<DrainStore, 'claimsAreLocal'>, S
   }
   runTransactionalEffect(...[lease, attempt, start, handler, now, leaseMs, options]: Parameters<DrainStore['runTransactionalEffect']>) {
     const completeOnOk = options?.completeOnOk === true;
-    const routeDecisions = options?.routeDecisions;
-    return runTransactionalEffect(this.drainBackend(), { lease, attempt, start, handler, now, leaseMs, completeOnOk, routeDecisions });
+    return runTransactionalEffect(this.drainBackend(), { lease, attempt, start, handler, now, leaseMs, completeOnOk });
   }
   recordAttempt(record: AttemptRecord) {
     return recordAttempt(this.drainBackend(), record);
   }
-  completeEvent(lease: Lease, now: number, routeDecisions?: string) {
-    return completeEvent(this.drainBackend(), lease, now, routeDecisions);
+  completeUnit(lease: Lease, now: number) {
+    return completeUnit(this.drainBackend(), lease, now);
   }
-  retryEvent(lease: Lease, error: string, nextAttemptAt: number, routeDecisions?: string) {
-    return retryEvent(this.drainBackend(), lease, error, nextAttemptAt, routeDecisions);
+  retryUnit(lease: Lease, error: string, nextAttemptAt: number) {
+    return retryUnit(this.drainBackend(), lease, error, nextAttemptAt);
   }
-  buryEvent(lease: Lease, error: string, now: number, routeDecisions?: string) {
-    return buryEvent(this.drainBackend(), lease, error, now, routeDecisions);
+  buryUnit(lease: Lease, error: string, now: number) {
+    return buryUnit(this.drainBackend(), lease, error, now);
   }
 
   // OpsStore, the operations both stores share: see ./ops-steps.ts. Purge batches and the

@@ -91,7 +91,12 @@ for (const backend of await backends()) {
       await t.db.sql(`UPDATE events SET status = 'done' WHERE id = ?`, [id]);
       await until(() => t.seen().includes('stuck resolved'), 'resolved');
       // A claim whose lease ran out long ago, never taken back, is stuck as well.
-      await t.db.sql(`UPDATE events SET status = 'processing', lease_owner = 'gone', lease_expires_at = ? WHERE id = ?`, [Date.now() - 10_000, id]);
+      // A lease is a unit's: the event's one unit (route crm) is claimed by a drain that is gone.
+      await t.db.sql(`UPDATE events SET status = 'processing' WHERE id = ?`, [id]);
+      await t.db.sql(
+        `INSERT INTO units (event_id, route, lane, status, attempts, next_attempt_at, lease_owner, lease_expires_at) VALUES (?, 'crm', 'crm', 'processing', 1, ?, 'gone', ?)`,
+        [id, Date.now(), Date.now() - 10_000],
+      );
       await until(() => t.seen().filter((s) => s === 'stuck firing').length === 2, 'stuck again');
       expect(String(t.catcher.alerts()[2]!.summary)).toContain(`The claim on event ${id} expired 1 minutes ago`);
       await new Promise((w) => setTimeout(w, 300));

@@ -152,7 +152,7 @@ describe('receiver replay', () => {
     });
     expect(row(ids.live).status).toBe('processing');
 
-    db.prepare(`UPDATE events SET lease_expires_at = ? WHERE id = ?`).run(now - 1000, ids.live);
+    db.prepare(`UPDATE units SET lease_expires_at = ? WHERE event_id = ?`).run(now - 1000, ids.live);
     const later = await runInProcess(['replay', '-c', config, String(ids.live)]);
     expect(later.code).toBe(0);
     expect(row(ids.live)).toMatchObject({ status: 'pending', lease_owner: null });

@@ -136,7 +136,11 @@ describe('receiver serve (child process)', () => {
     expect(tookMs).toBeLessThan(4000);
     const conn = new Database(db, { readonly: true });
     // Still claimed: another process (or this one restarted) takes it when the lease expires.
-    const row = conn.prepare('SELECT status, lease_expires_at FROM events').get() as { status: string; lease_expires_at: number };
+    // The lease is the unit's (one route of the event); the event's status says it is claimed.
+    const row = conn.prepare('SELECT e.status, u.lease_expires_at FROM events e JOIN units u ON u.event_id = e.id').get() as {
+      status: string;
+      lease_expires_at: number;
+    };
     conn.close();
     expect(row.status).toBe('processing');
     expect(row.lease_expires_at).toBeGreaterThan(Date.now());
@@ -377,6 +381,7 @@ describe('receiver serve (child process)', () => {
       'eventId',
       'eventType',
       'forced',
+      'lane',
       'level',
       'msg',
       'outcome',
@@ -400,9 +405,21 @@ describe('receiver serve (child process)', () => {
     expect(failed).toMatchObject({ level: 'warn', eventId: 2, effectKey: 'fails:2', outcome: 'failed', error: `${dir}/fails.sh exited with code 3` });
 
     const events = lines.filter((l) => l.msg === 'event done' || l.msg === 'event dead');
-    expect(keys(events.find((l) => l.msg === 'event done'))).toEqual(['attempt', 'deliveryId', 'eventId', 'level', 'msg', 'pid', 'source', 'status', 'time']);
+    expect(keys(events.find((l) => l.msg === 'event done'))).toEqual([
+      'attempt',
+      'deliveryId',
+      'eventId',
+      'lane',
+      'level',
+      'msg',
+      'pid',
+      'route',
+      'source',
+      'status',
+      'time',
+    ]);
     const dead = events.find((l) => l.msg === 'event dead');
-    expect(keys(dead)).toEqual(['attempt', 'deliveryId', 'error', 'eventId', 'level', 'msg', 'pid', 'source', 'status', 'time']);
+    expect(keys(dead)).toEqual(['attempt', 'deliveryId', 'error', 'eventId', 'lane', 'level', 'msg', 'pid', 'route', 'source', 'status', 'time']);
     expect(dead).toMatchObject({ level: 'error', eventId: 2, deliveryId: '1:d-ping', status: 'dead', attempt: 1 });
   });
 

@@ -61,7 +61,7 @@ describe('crash mid-effect (kill -9 of receiver serve)', () => {
 
     // The next run will not hang; the crashed claim's lease expires (moved back, not waited for).
     rmSync(slow);
-    db.db.prepare(`UPDATE events SET lease_expires_at = ? WHERE id = 1`).run(Date.now() - 1);
+    db.db.prepare(`UPDATE units SET lease_expires_at = ? WHERE event_id = 1`).run(Date.now() - 1);
 
     serve = await startServe(file);
     await waitFor(() => (db.event(1).status === 'done' && db.event(2).status === 'done' ? true : undefined), 'both events to be done', 10_000);

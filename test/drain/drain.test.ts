@@ -47,7 +47,7 @@ describe('drain: exactly once in effect', () => {
 
     // Replay without --force: the event is pending again; its effect key is done.
     const db = inspect(config.database);
-    db.db.prepare(`UPDATE events SET status = 'pending', next_attempt_at = ? WHERE id = 1`).run(c.now());
+    await app.store.replayEvents([1], { force: false, now: c.now() });
     expect((await drainDue(h)).map((o) => o.status)).toEqual(['done']);
     expect(lines(out)).toEqual(['ord_42']);
     expect(db.attempts(1).map((a) => a.outcome)).toEqual(['ok', 'skipped']);
@@ -105,7 +105,8 @@ describe('drain: exactly once in effect', () => {
     await push('guid-2', 'refs/heads/main', 'bob'); // a second delivery about the same commit
     await push('guid-3', 'refs/heads/feature', 'carol');
     const outcomes = await drainDue(harness(config, app.store, c.now));
-    expect(outcomes.map((o) => o.status)).toEqual(['done', 'done', 'done']);
+    // The feature branch's push is done when it is planned: no route applies, nothing runs.
+    expect(outcomes.map((o) => o.status)).toEqual(['done', 'done']);
     expect(lines(out)).toEqual(['abc123def456']);
     const db = inspect(config.database);
     expect(db.attempts().map((a) => [a.event_id, a.outcome])).toEqual([
@@ -134,7 +135,13 @@ describe('drain: exactly once in effect', () => {
     const hb = harness(config, b, c.now, () => 0.5);
     const first = drainDue(ha, 'A');
     while (lines(out).length === 0) await new Promise((r) => setTimeout(r, 10)); // A's effect is running
-    // B claims event 2, meanwhile A still holds event 1 and runs the key: B must not run it too.
+    // The lane runs one unit at a time: B claims nothing while A runs event 1.
+    expect(await drainDue(hb, 'B')).toEqual([]);
+    // Event 2's unit moved to another lane (the route's lane changed, and a receiver started
+    // with it while A still ran): B claims event 2, and the ledger keeps it from running the key too.
+    const db = inspect(config.database);
+    db.db.prepare(`UPDATE units SET lane = 'moved' WHERE event_id = 2`).run();
+    db.close();
     const bOut = await drainDue(hb, 'B');
     expect(bOut).toMatchObject([{ eventId: 2, status: 'retry' }]);
     expect(hb.attempts).toMatchObject([{ outcome: 'busy', effectKey: 'licence:o1' }]);
@@ -166,6 +173,10 @@ describe('drain: exactly once in effect', () => {
     const first = drainDue(harness(config, a, c.now), 'A');
     while (lines(out).length === 0) await new Promise((r) => setTimeout(r, 10));
     const hb = harness(config, b, c.now, () => 0.5);
+    // Event 2's unit in another lane (see the test above), so B claims it while A runs the key.
+    const db = inspect(config.database);
+    db.db.prepare(`UPDATE units SET lane = 'moved' WHERE event_id = 2`).run();
+    db.close();
     // Attempt 1 of 1 finds the key busy: retried later, not buried.
     expect(await drainDue(hb, 'B')).toMatchObject([{ eventId: 2, status: 'retry' }]);
     writeFileSync(release, '');
@@ -183,7 +194,8 @@ describe('drain: exactly once in effect', () => {
     const c = clock();
     const s = open(config.database);
     await s.ingest(newEvent({ source: 'shop', deliveryId: 'x', eventType: 'customer.created', body: { order: 'o' }, receivedAt: c.now() }));
-    expect((await drainDue(harness(config, s, c.now))).map((o) => o.status)).toEqual(['done']);
+    // Done when it is planned: no unit, nothing claimed.
+    expect(await drainDue(harness(config, s, c.now))).toEqual([]);
     const db = inspect(config.database);
     expect(db.attempts()).toEqual([]);
     expect(db.event(1).status).toBe('done');
@@ -207,18 +219,22 @@ describe('drain: exactly once in effect', () => {
     const s = open(config.database);
     await s.ingest(newEvent({ source: 'shop', deliveryId: 'x', eventType: 't', body: { order: 'o9' }, receivedAt: c.now() }));
     const h = harness(config, s, c.now, () => 1);
-    expect((await drainDue(h)).map((o) => o.status)).toEqual(['retry']);
+    // Each route is a unit of its own: licence is done, audit retries.
+    expect((await drainDue(h)).map((o) => [o.route, o.status])).toEqual([
+      ['licence', 'done'],
+      ['audit', 'retry'],
+    ]);
     c.advance(2000);
-    expect((await drainDue(h)).map((o) => o.status)).toEqual(['dead']);
+    expect((await drainDue(h)).map((o) => [o.route, o.status])).toEqual([['audit', 'dead']]);
     // The route that could run ran once; the other failed twice, naming its template.
     expect(lines(out)).toEqual(['o9']);
     const db = inspect(config.database);
     expect(db.attempts().map((a) => [a.route, a.outcome])).toEqual([
       ['licence', 'ok'],
       ['audit', 'failed'],
-      ['licence', 'skipped'],
       ['audit', 'failed'],
     ]);
+    expect(db.event(1).status).toBe('dead');
     expect(db.attempts()[1]!.error).toBe('key template "{body.customer}" resolved to nothing for this event');
     expect(db.event(1).last_error).toMatch(/^audit: key template "\{body.customer\}" resolved to nothing for this event \(gave up after 2 attempts\)$/);
     db.close();
@@ -236,7 +252,7 @@ describe('drain: exactly once in effect', () => {
     const h = harness(config, s, c.now);
     await drainDue(h);
     const db = inspect(config.database);
-    db.db.prepare(`UPDATE events SET status = 'pending', force_effects = 1, next_attempt_at = ? WHERE id = 1`).run(c.now());
+    await s.replayEvents([1], { force: true, now: c.now() });
     await drainDue(h);
     expect(lines(out)).toEqual(['o1', 'o1']);
     expect(db.effect('licence:o1')).toMatchObject({ status: 'done', runs: 2, forced_runs: 1 });

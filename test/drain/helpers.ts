@@ -2,11 +2,11 @@ import Database from 'better-sqlite3';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import type { Config } from '../../src/config/load.js';
-import { processEvent, type AttemptOutcome, type EventOutcome, type ProcessContext } from '../../src/drain/process.js';
+import { planStored } from '../../src/drain/loop.js';
+import { processUnit, type AttemptOutcome, type EventOutcome, type ProcessContext } from '../../src/drain/process.js';
 import { createLogger } from '../../src/log.js';
 import type { SqliteStore } from '../../src/store/sqlite/index.js';
 import type { NewEvent } from '../../src/store/types.js';
-import { claimOne } from '../helpers.js';
 
 /** A clock tests move by hand. */
 export function clock(start = Date.now()) {
@@ -73,13 +73,17 @@ export function harness(
 
 let owners = 0;
 
-/** What the loop does, step by step and without timers: claim and process until nothing is due. */
+/**
+ * What the loop does, step by step and without timers: plan, then claim the oldest due
+ * unit and process it, until nothing is due.
+ */
 export async function drainDue(h: Harness, owner = 'test'): Promise<EventOutcome[]> {
   const out: EventOutcome[] = [];
   for (;;) {
-    const event = await claimOne(h.ctx.store, `${owner}#${++owners}`, h.ctx.now(), h.ctx.leaseMs);
-    if (event === undefined) return out;
-    out.push(await processEvent(h.ctx, event, new AbortController().signal));
+    while ((await planStored(h.ctx.store, h.ctx.config.routes, h.ctx.now())) > 0);
+    const [unit] = await h.ctx.store.claimUnits(`${owner}#${++owners}`, h.ctx.now(), h.ctx.leaseMs, { busyLanes: [], lanes: 1, perLane: 1 });
+    if (unit === undefined) return out;
+    out.push(await processUnit(h.ctx, unit, new AbortController().signal));
   }
 }
 
@@ -110,6 +114,9 @@ export function inspect(path: string) {
         lease_expires_at: number | null;
         force_effects: number;
       },
+    unit: (eventId: number, route: string) =>
+      db.prepare('SELECT * FROM units WHERE event_id = ? AND route = ?').get(eventId, route) as
+        (Record<string, unknown> & { status: string; attempts: number; lane: string; lease_owner: string | null; replays: number }) | undefined,
     effect: (key: string) =>
       db.prepare('SELECT * FROM effects WHERE effect_key = ?').get(key) as
         | (Record<string, unknown> & { status: string; runs: number; version: string | null; forced_runs: number; last_error: string | null; event_id: number })

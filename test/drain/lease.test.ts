@@ -35,7 +35,7 @@ describe('leases', () => {
     expect((await claimOne(a, 'A', c.now(), LEASE))?.id).toBe(2);
     expect((await claimOne(b, 'B', c.now(), LEASE))?.id).toBe(3);
     expect(await claimOne(b, 'B', c.now(), LEASE)).toBeUndefined();
-    expect(await b.nextDueAt()).toBe(c.now() + 1000);
+    expect(await b.nextDueAt([], c.now())).toBe(c.now() + 1000);
     c.advance(1000);
     expect((await claimOne(b, 'B', c.now(), LEASE))?.id).toBe(1);
     db.close();
@@ -61,12 +61,13 @@ describe('leases', () => {
     expect(claimB).toMatchObject({ id: 1, attempt: 2, lease: { owner: 'B#1' } });
 
     // A wakes up late: nothing it does to the event applies.
-    expect(await a.completeEvent(claimA.lease, c.now())).toBe(false);
-    expect(await a.retryEvent(claimA.lease, 'late', c.now())).toBe(false);
-    expect(await a.buryEvent(claimA.lease, 'late', c.now())).toBe(false);
+    expect(await a.completeUnit(claimA.lease, c.now())).toBe(false);
+    expect(await a.retryUnit(claimA.lease, 'late', c.now())).toBe(false);
+    expect(await a.buryUnit(claimA.lease, 'late', c.now())).toBe(false);
     await a.renewLeases([claimA.lease], c.now() + 1, LEASE);
     expect(await a.beginEffect(claimA.lease, 1, start('o2'), c.now(), LEASE)).toEqual({ action: 'lost' });
-    expect(db.event(1)).toMatchObject({ status: 'processing', lease_owner: 'B#1', lease_expires_at: claimB.lease.expiresAt });
+    expect(db.event(1)).toMatchObject({ status: 'processing' });
+    expect(db.unit(1, 'r')).toMatchObject({ status: 'processing', lease_owner: 'B#1', lease_expires_at: claimB.lease.expiresAt });
 
     // B repeats the effect A left running (the same event: not someone else's live run).
     const sb = start();
@@ -80,7 +81,7 @@ describe('leases', () => {
     );
     expect(db.effect('licence:o1')).toMatchObject({ status: 'running', runs: 2, last_error: null });
     await b.finishEffect({ attemptId: runB.attemptId, effectKey: sb.effectKey, runToken: sb.runToken, outcome: 'ok', wasDone: false }, c.now());
-    expect(await b.completeEvent(claimB.lease, c.now())).toBe(true);
+    expect(await b.completeUnit(claimB.lease, c.now())).toBe(true);
     expect(db.event(1)).toMatchObject({ status: 'done', lease_owner: null, attempts: 2 });
     expect(db.effect('licence:o1')).toMatchObject({ status: 'done', runs: 2 });
     expect(db.attempts(1).map((x) => [x.attempt, x.outcome, x.error])).toEqual([

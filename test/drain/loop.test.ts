@@ -74,21 +74,25 @@ describe('the drain loop', () => {
     const config = makeConfig(
       {
         sources: { shop },
-        drain: { pollMs: 10, leaseSeconds: 60 },
+        // One lane at a time per drain, two lanes: the drains share the work.
+        drain: { pollMs: 10, leaseSeconds: 60, maxConcurrent: 1 },
         retry: { maxAttempts: 50, baseSeconds: 0.05, maxSeconds: 0.2 },
-        routes: [
-          { name: 'licence', source: 'shop', key: '{body.order}', effect: { exec: ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"; sleep 0.01', 'sh', out] } },
-        ],
+        routes: ['licence', 'mail'].map((name) => ({
+          name,
+          source: 'shop',
+          key: '{body.order}',
+          effect: { exec: ['/bin/sh', '-c', 'echo "$RECEIVER_RUN_KEY" >> "$1"; sleep 0.01', 'sh', out] },
+        })),
       },
       tmp.dir,
     );
     store = new SqliteStore(config.database, { busyTimeoutMs: 5000, blockingBusyMs: 5 });
     const second = new SqliteStore(config.database, { busyTimeoutMs: 5000, blockingBusyMs: 5 });
-    const done = new Set<number>();
+    const done = new Set<string>();
     const byDrain = { one: 0, two: 0 };
     const onEvent = (which: 'one' | 'two') => (e: EventOutcome) => {
       byDrain[which]++;
-      if (e.status === 'done') done.add(e.eventId);
+      if (e.status === 'done') done.add(`${e.eventId}:${e.route}`);
     };
     for (let i = 0; i < 60; i++) {
       await store.ingest(newEvent({ source: 'shop', deliveryId: `e${i}`, eventType: 't', body: { order: `o${i % 20}` }, receivedAt: Date.now() }));
@@ -96,7 +100,7 @@ describe('the drain loop', () => {
     drain = startDrain({ config, store, logger: silent, onEvent: onEvent('one'), id: 'one' });
     const other = startDrain({ config, store: second, logger: silent, onEvent: onEvent('two'), id: 'two' });
     try {
-      await waitFor(() => (done.size === 60 ? true : undefined), 'all 60 events', 20_000);
+      await waitFor(() => (done.size === 120 ? true : undefined), 'both routes of all 60 events', 20_000);
     } finally {
       await other.stop(1000);
       await second.close();
@@ -105,10 +109,10 @@ describe('the drain loop', () => {
     expect(byDrain.one).toBeGreaterThan(5);
     expect(byDrain.two).toBeGreaterThan(5);
     const got = lines(out).sort();
-    expect(got).toHaveLength(20);
-    expect(new Set(got).size).toBe(20);
+    expect(got).toHaveLength(40);
+    expect(new Set(got).size).toBe(40);
     const db = inspect(config.database);
-    expect(db.db.prepare(`SELECT count(*) AS n, sum(runs) AS runs FROM effects WHERE status = 'done'`).get()).toEqual({ n: 20, runs: 20 });
+    expect(db.db.prepare(`SELECT count(*) AS n, sum(runs) AS runs FROM effects WHERE status = 'done'`).get()).toEqual({ n: 40, runs: 40 });
     expect(db.db.prepare(`SELECT count(*) AS n FROM events WHERE status <> 'done' OR lease_owner IS NOT NULL`).get()).toEqual({ n: 0 });
     db.close();
   });

@@ -1,7 +1,7 @@
 import { mkdirSync, writeFileSync, chmodSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { processEvent } from '../../src/drain/process.js';
+import { processUnit } from '../../src/drain/process.js';
 import { SqliteStore } from '../../src/store/sqlite/index.js';
 import { clock, drainDue, harness, inspect, lines, newEvent, type Harness } from '../drain/helpers.js';
 import { Secret } from '../../src/config/secret.js';
@@ -240,7 +240,7 @@ describe('lost, interrupted, busy and stale, as the drain reports them (real SQL
       await send('d4', { type: 'hold', order: 'o4' });
       const claim = (await claimOne(a, 'A#stop', c.now(), ha.ctx.leaseMs))!;
       const stop = new AbortController();
-      const fourth = processEvent(ha.ctx, claim, stop.signal);
+      const fourth = processUnit(ha.ctx, claim, stop.signal);
       await running('o4');
       stop.abort();
       expect((await fourth).status).toBe('interrupted');

@@ -7,7 +7,7 @@ import type { EffectDb, EffectStart, Lease } from '../../src/store/drain-types.j
 import { openStore } from '../../src/store/open.js';
 import { acceptedAnswer, conflictAnswer, type NewEvent, type Store } from '../../src/store/types.js';
 import type { FetchedEvent } from '../../src/store/catch-up-types.js';
-import { claimOne, tempDir } from '../helpers.js';
+import { claimMany, claimOne, planEach, tempDir } from '../helpers.js';
 import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
 
 /**
@@ -97,7 +97,7 @@ function postgresBackend(): Backend {
       const d = db!;
       // One database per run; every test starts from empty tables and ids from 1.
       const exists = await d.query<{ t: string | null }>(`SELECT to_regclass('events')::text AS t`);
-      if (exists[0]?.t !== null) await d.query('TRUNCATE events, conflicts, effects, attempts RESTART IDENTITY');
+      if (exists[0]?.t !== null) await d.query('TRUNCATE events, units, conflicts, effects, attempts RESTART IDENTITY');
       await d.query('DROP TABLE IF EXISTS licences');
       const stores: Store[] = [await openStore(d.url, { busyTimeoutMs: BUSY_MS, server: true })];
       return {
@@ -296,7 +296,7 @@ describe.each(backends)('$name store contract', (backend) => {
       const r = await store.ingest(event('unrouted', undefined, { unrouted: 'no route for source "shop"' }));
       expect(r.outcome).toBe('accepted');
       expect(await store.getEvent(r.eventId)).toMatchObject({ status: 'done', attempts: 0, finishedAt: T0 });
-      expect(await store.claimEvents('d', T0, LEASE, 8)).toEqual([]);
+      expect(await claimMany(store, 'd', T0, LEASE, 8)).toEqual([]);
       expect((await store.ingest(event('unrouted', undefined, { unrouted: 'no route for source "shop"' }))).body).toBe(r.body);
     });
 
@@ -310,7 +310,7 @@ describe.each(backends)('$name store contract', (backend) => {
   });
 
   describe('route decisions: why each route did or did not apply, stored with the event', () => {
-    it('an event stored done at ingest keeps its decisions; a routed one has none until the drain settles it', async () => {
+    it('an event stored done at ingest keeps its decisions; a routed one has none until the drain plans it', async () => {
       const unrouted = await store.ingest(
         event('u', undefined, { unrouted: 'deploy: event type "ping" not in [push]\nlicence: filter body.ref = "x", wanted "y"' }),
       );
@@ -322,50 +322,50 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await store.getEvent(routed.eventId))!.routeDecisions).toBeNull();
     });
 
-    it("complete, retry and bury store the attempt's decisions (a later attempt's replace them); a lost lease stores nothing", async () => {
-      const a = await claimed('a');
-      expect(await store.retryEvent(a.lease, 'deploy: exit 1', T0, 'deploy: applies (key "c1")')).toBe(true);
-      expect((await store.getEvent(a.id))!.routeDecisions).toEqual(['deploy: applies (key "c1")']);
-      const again = await claimOne(store, 'drain-a', T0, LEASE);
-      expect(
-        await store.buryEvent(
-          again!.lease,
-          'deploy: key template "{body.after}" resolved to nothing',
-          T0,
-          'deploy: key template "{body.after}" resolved to nothing',
-        ),
-      ).toBe(true);
-      expect((await store.getEvent(a.id))!.routeDecisions).toEqual(['deploy: key template "{body.after}" resolved to nothing']);
-
-      const b = await claimed('b');
-      // Taken over: the old holder's settle changes nothing, decisions included.
-      const taken = await claimOne(store, 'drain-b', T0 + LEASE, LEASE);
-      expect(taken?.id).toBe(b.id);
-      expect(await store.completeEvent(b.lease, T0, 'stale: not stored')).toBe(false);
-      expect(await store.completeEvent(taken!.lease, T0 + LEASE, 'deploy: event type "ping" not in [push]')).toBe(true);
-      expect((await store.getEvent(b.id))!.routeDecisions).toEqual(['deploy: event type "ping" not in [push]']);
-      // Without decisions (an older caller), the stored ones are kept.
-      const c = await claimed('c');
-      expect(await store.completeEvent(c.lease, T0)).toBe(true);
-      expect((await store.getEvent(c.id))!.routeDecisions).toBeNull();
-    });
-
-    it("a module effect's completeOnOk stores them in the same commit", async () => {
-      const e = await claimed('m');
-      const out = await store.runTransactionalEffect(
-        e.lease,
-        1,
-        start('licence', 'cus_1'),
-        async () => {},
-        () => T0,
-        LEASE,
-        {
-          completeOnOk: true,
-          routeDecisions: 'licence: applies (key "cus_1")',
-        },
+    it('planning stores the units and the decisions; an event none applies to is done; an event planned once is not planned again', async () => {
+      const a = await store.ingest(event('a'));
+      const b = await store.ingest(event('b'));
+      expect((await store.unplannedEvents(10)).map((e) => e.id)).toEqual([a.eventId, b.eventId]);
+      const decisions = 'deploy: applies (key "c1")\nlicence: applies (key "cus_1")';
+      await store.planEvents(
+        [
+          {
+            eventId: a.eventId,
+            units: [
+              { route: 'deploy', lane: 'deploys' },
+              { route: 'licence', lane: 'licence' },
+            ],
+            decisions,
+          },
+          { eventId: b.eventId, units: [], decisions: 'deploy: event type "ping" not in [push]' },
+        ],
+        T0 + SEC,
       );
-      expect(out).toMatchObject({ action: 'ok', completed: true });
-      expect(await store.getEvent(e.id)).toMatchObject({ status: 'done', routeDecisions: ['licence: applies (key "cus_1")'] });
+      expect(await store.unplannedEvents(10)).toEqual([]);
+      expect(await store.getEvent(a.eventId)).toMatchObject({ status: 'pending', routeDecisions: decisions.split('\n') });
+      expect(await store.getEvent(b.eventId)).toMatchObject({
+        status: 'done',
+        finishedAt: T0 + SEC,
+        routeDecisions: ['deploy: event type "ping" not in [push]'],
+      });
+      // A replay of an event without units (none applied, or done before units existed) has it planned again, with the routes of the day.
+      expect((await store.replayEvents([b.eventId], { force: false, now: T0 + SEC })).replayed).toHaveLength(1);
+      expect((await store.unplannedEvents(10)).map((e) => e.id)).toEqual([b.eventId]);
+      await store.planEvents([{ eventId: b.eventId, units: [], decisions: 'deploy: event type "ping" not in [push]' }], T0 + SEC);
+      expect(await store.getEvent(b.eventId)).toMatchObject({ status: 'done' });
+      // A second receiver planning the same event (it read it before the first planned it) changes nothing.
+      await store.planEvents([{ eventId: a.eventId, units: [{ route: 'other', lane: 'other' }], decisions: 'other: applies' }], T0);
+      const units = await store.claimUnits('d', T0, LEASE, { busyLanes: [], lanes: 8, perLane: 8 });
+      expect(units.map((u) => [u.id, u.route, u.lane]).sort()).toEqual([
+        [a.eventId, 'deploy', 'deploys'],
+        [a.eventId, 'licence', 'licence'],
+      ]);
+      expect((await store.getEvent(a.eventId))!.status).toBe('processing');
+      // Its status is derived from its units': processing while one is, dead when one is and none is left to run.
+      expect(await store.buryUnit(units[0]!.lease, 'exit 1', T0)).toBe(true);
+      expect((await store.getEvent(a.eventId))!.status).toBe('processing');
+      expect(await store.completeUnit(units[1]!.lease, T0)).toBe(true);
+      expect(await store.getEvent(a.eventId)).toMatchObject({ status: 'dead', finishedAt: T0 });
     });
   });
 
@@ -373,17 +373,17 @@ describe.each(backends)('$name store contract', (backend) => {
     it('claims the oldest due event first, skipping ones not yet due, and reports when the next one is due', async () => {
       const a = await store.ingest(event('a'));
       const b = await store.ingest(event('b'));
-      expect(await store.nextDueAt()).toBe(T0);
+      expect(await store.nextDueAt([], T0)).toBe(T0);
       await o.exec(`UPDATE events SET next_attempt_at = ${T0 + 10 * SEC} WHERE id = ${a.eventId}`);
       const c1 = await claimOne(store, 'drain-a', T0, LEASE);
       expect(c1).toMatchObject({ id: b.eventId, source: 'shop', deliveryId: 'b', eventType: 'order.paid', attempt: 1, forceEffects: false });
-      expect(c1!.lease).toEqual({ eventId: b.eventId, owner: 'drain-a', expiresAt: T0 + LEASE });
+      expect(c1!.lease).toEqual({ unitId: c1!.unitId, eventId: b.eventId, owner: 'drain-a', expiresAt: T0 + LEASE });
       expect(c1!.body.toString()).toBe('{"id":"b"}');
       expect(c1!.headers['x-request-id']).toBe('b');
       expect(await claimOne(store, 'drain-a', T0, LEASE)).toBeUndefined();
-      expect(await store.nextDueAt()).toBe(T0 + 10 * SEC);
+      expect(await store.nextDueAt([], T0)).toBe(T0 + 10 * SEC);
       expect((await claimOne(store, 'drain-a', T0 + 10 * SEC, LEASE))?.id).toBe(a.eventId);
-      expect(await store.nextDueAt()).toBe(T0 + LEASE); // b's lease expiry
+      expect(await store.nextDueAt([], T0)).toBe(T0 + LEASE); // b's lease expiry
     });
 
     it('several drains on two receivers claim every event exactly once', async () => {
@@ -396,7 +396,7 @@ describe.each(backends)('$name store contract', (backend) => {
           const c = await claimOne(s, owner, T0, LEASE);
           if (c === undefined) return;
           taken.push(c.id);
-          expect(await s.completeEvent(c.lease, T0)).toBe(true);
+          expect(await s.completeUnit(c.lease, T0)).toBe(true);
         }
       };
       await Promise.all([worker(store, 'a1'), worker(store, 'a2'), worker(other, 'b1'), worker(other, 'b2')]);
@@ -411,9 +411,9 @@ describe.each(backends)('$name store contract', (backend) => {
       const again = await claimOne(store, 'new', T0 + LEASE, LEASE);
       expect(again).toMatchObject({ id, attempt: 2, lease: { owner: 'new' } });
       await store.renewLeases([lease], T0 + LEASE + 1, LEASE);
-      expect(await store.completeEvent(lease, T0 + LEASE)).toBe(false);
-      expect(await store.retryEvent(lease, 'late', T0 + 2 * LEASE)).toBe(false);
-      expect(await store.buryEvent(lease, 'late', T0 + LEASE)).toBe(false);
+      expect(await store.completeUnit(lease, T0 + LEASE)).toBe(false);
+      expect(await store.retryUnit(lease, 'late', T0 + 2 * LEASE)).toBe(false);
+      expect(await store.buryUnit(lease, 'late', T0 + LEASE)).toBe(false);
       const shown = await store.getEvent(id);
       expect(shown).toMatchObject({ status: 'processing', leaseOwner: 'new', leaseExpiresAt: T0 + LEASE + LEASE, lastError: null });
       await store.renewLeases([again!.lease], T0 + LEASE + 5, LEASE);
@@ -423,14 +423,14 @@ describe.each(backends)('$name store contract', (backend) => {
     it('claims a batch oldest first under one owner; the heartbeat renews what is still held; unstarted claims go back uncounted', async () => {
       const ids: number[] = [];
       for (const d of ['a', 'b', 'c', 'd']) ids.push((await store.ingest(event(d))).eventId);
-      const batch = await store.claimEvents('batch-1', T0, LEASE, 3);
+      const batch = await claimMany(store, 'batch-1', T0, LEASE, 3);
       expect(batch.map((e) => e.id)).toEqual(ids.slice(0, 3));
       expect(batch.every((e) => e.lease.owner === 'batch-1' && e.attempt === 1)).toBe(true);
-      expect((await store.claimEvents('batch-2', T0, LEASE, 3)).map((e) => e.id)).toEqual([ids[3]]);
-      expect(await store.claimEvents('batch-3', T0, LEASE, 3)).toEqual([]);
+      expect((await claimMany(store, 'batch-2', T0, LEASE, 3)).map((e) => e.id)).toEqual([ids[3]]);
+      expect(await claimMany(store, 'batch-3', T0, LEASE, 3)).toEqual([]);
 
       // The heartbeat moves every held lease forward; one taken over meanwhile is left alone.
-      await o.exec(`UPDATE events SET lease_owner = 'thief' WHERE id = ${ids[2]}`);
+      await o.exec(`UPDATE units SET lease_owner = 'thief' WHERE event_id = ${ids[2]}`);
       await store.renewLeases(
         batch.map((e) => e.lease),
         T0 + 20 * SEC,
@@ -441,15 +441,18 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await store.getEvent(ids[2]!))!.leaseExpiresAt).toBe(T0 + LEASE);
 
       // Stopping before b was started: b is pending again, its claim not counted; the thief's claim stays.
-      await store.releaseEvents(batch.slice(1).map((e) => e.lease));
+      await store.releaseUnits(
+        batch.slice(1).map((e) => e.lease),
+        T0,
+      );
       expect(await store.getEvent(ids[1]!)).toMatchObject({ status: 'pending', attempts: 0, leaseOwner: null });
       expect(await store.getEvent(ids[2]!)).toMatchObject({ status: 'processing', leaseOwner: 'thief' });
-      expect((await store.claimEvents('batch-4', T0 + 20 * SEC, LEASE, 8)).map((e) => [e.id, e.attempt])).toEqual([[ids[1], 1]]);
+      expect((await claimMany(store, 'batch-4', T0 + 20 * SEC, LEASE, 8)).map((e) => [e.id, e.attempt])).toEqual([[ids[1], 1]]);
     });
 
     it("the heartbeat during a module effect's transaction neither waits for it nor goes with its rollback", async () => {
       for (const d of ['a', 'b']) await store.ingest(event(d));
-      const [a, b] = await store.claimEvents('batch-1', T0, LEASE, 2);
+      const [a, b] = await claimMany(store, 'batch-1', T0, LEASE, 2);
       const beat = T0 + 20 * SEC;
       const out = await store.runTransactionalEffect(
         a!.lease,
@@ -470,11 +473,11 @@ describe.each(backends)('$name store contract', (backend) => {
 
     it("a dead process's claims are ended by owner prefix and claimed again at once; others' are not", async () => {
       for (const d of ['a', 'b', 'c']) await store.ingest(event(d));
-      const [a, b] = await store.claimEvents('host:41:aa#1', T0, LEASE, 2);
-      const [c] = await store.claimEvents('host:4:bb#7', T0, LEASE, 1);
+      const [a, b] = await claimMany(store, 'host:41:aa#1', T0, LEASE, 2);
+      const [c] = await claimMany(store, 'host:4:bb#7', T0, LEASE, 1);
       expect((await store.claimOwners()).sort()).toEqual(['host:41:aa#1', 'host:4:bb#7']);
       expect(await store.expireClaims('host:4:bb#', T0 + SEC)).toBe(1);
-      const again = await store.claimEvents('new#1', T0 + SEC, LEASE, 8);
+      const again = await claimMany(store, 'new#1', T0 + SEC, LEASE, 8);
       expect(again.map((e) => [e.id, e.attempt])).toEqual([[c!.id, 2]]);
       expect(await store.getEvent(a!.id)).toMatchObject({ status: 'processing', leaseOwner: 'host:41:aa#1' });
       expect(await store.getEvent(b!.id)).toMatchObject({ status: 'processing', leaseOwner: 'host:41:aa#1' });
@@ -482,16 +485,17 @@ describe.each(backends)('$name store contract', (backend) => {
 
     it('retry puts an event back until its time, bury makes it dead, complete makes it done', async () => {
       const first = await claimed('a');
-      expect(await store.retryEvent(first.lease, 'boom', T0 + 30 * SEC)).toBe(true);
-      expect(await store.getEvent(first.id)).toMatchObject({ status: 'pending', nextAttemptAt: T0 + 30 * SEC, lastError: 'boom', leaseOwner: null });
+      expect(await store.retryUnit(first.lease, 'boom', T0 + 30 * SEC)).toBe(true);
+      // The event's last error names the unit's route.
+      expect(await store.getEvent(first.id)).toMatchObject({ status: 'pending', nextAttemptAt: T0 + 30 * SEC, lastError: 'r: boom', leaseOwner: null });
       expect(await claimOne(store, 'd', T0 + 29 * SEC, LEASE)).toBeUndefined();
       const second = await claimOne(store, 'd', T0 + 30 * SEC, LEASE);
       expect(second?.attempt).toBe(2);
-      expect(await store.buryEvent(second!.lease, 'gave up', T0 + 31 * SEC)).toBe(true);
-      expect(await store.getEvent(first.id)).toMatchObject({ status: 'dead', lastError: 'gave up', finishedAt: T0 + 31 * SEC });
+      expect(await store.buryUnit(second!.lease, 'gave up', T0 + 31 * SEC)).toBe(true);
+      expect(await store.getEvent(first.id)).toMatchObject({ status: 'dead', lastError: 'r: gave up', finishedAt: T0 + 31 * SEC });
 
       const other = await claimed('b', 'd', T0 + 40 * SEC);
-      expect(await store.completeEvent(other.lease, T0 + 41 * SEC)).toBe(true);
+      expect(await store.completeUnit(other.lease, T0 + 41 * SEC)).toBe(true);
       expect(await store.getEvent(other.id)).toMatchObject({ status: 'done', finishedAt: T0 + 41 * SEC, leaseOwner: null, leaseExpiresAt: null });
     });
   });
@@ -553,7 +557,7 @@ describe.each(backends)('$name store contract', (backend) => {
       const d1 = await store.beginEffect(e1.lease, 1, s1, T0, LEASE);
       if (d1.action !== 'run') throw new Error('expected run');
       await store.finishEffect({ attemptId: d1.attemptId, effectKey: 'sub:k', runToken: s1.runToken, outcome: 'ok', version: '10', wasDone: false }, T0);
-      await store.completeEvent(e1.lease, T0);
+      await store.completeUnit(e1.lease, T0);
 
       const e2 = await claimed('b');
       expect(await store.beginEffect(e2.lease, 1, start('sub', 'k', { version: '9' }), T0, LEASE)).toMatchObject({ action: 'stale', appliedVersion: '10' });
@@ -573,6 +577,7 @@ describe.each(backends)('$name store contract', (backend) => {
         await store.ingest(event(`${k}-a`));
         await store.ingest(event(`${k}-b`));
       }
+      await planEach(store, T0);
       const decisions = await Promise.all(
         keys.map(async (k) => {
           const [a, b] = await Promise.all([claimOne(store, `mine-${k}`, T0, LEASE), claimOne(other, `theirs-${k}`, T0, LEASE)]);
@@ -612,7 +617,7 @@ describe.each(backends)('$name store contract', (backend) => {
         const again = await claimOne(store, 'drain-b', T0 + LEASE, LEASE);
         expect(again?.id).toBe(e1.id);
         expect(await run(again!, start('licence', 'k'), 'ok', T0 + LEASE)).toBe('licence:k');
-        await store.completeEvent(again!.lease, T0 + LEASE);
+        await store.completeUnit(again!.lease, T0 + LEASE);
         expect(await runKeys(e1.id)).toEqual(['licence:k', 'licence:k', 'licence:k']);
 
         // replay --force: a run of its own, whose failure and crash repeat it under the same key.
@@ -624,7 +629,7 @@ describe.each(backends)('$name store contract', (backend) => {
         expect(crash).toMatchObject({ action: 'run', runKey: 'licence:k#forced-1', wasDone: true });
         const f2 = await claimOne(store, 'drain-d', T0 + 2 * LEASE, LEASE);
         expect(await run(f2!, forced(), 'ok', T0 + 2 * LEASE)).toBe('licence:k#forced-1');
-        await store.completeEvent(f2!.lease, T0 + 2 * LEASE);
+        await store.completeUnit(f2!.lease, T0 + 2 * LEASE);
 
         // Another forced replay: a new key, unlike the first run's and the earlier forced run's.
         await store.replayEvents([e1.id], { force: true, now: T0 + 2 * LEASE });
@@ -633,7 +638,7 @@ describe.each(backends)('$name store contract', (backend) => {
         expect(third).toMatch(/^licence:k#forced-\d+$/);
         expect(third).not.toBe('licence:k#forced-1');
         // A plain replay after it: the key is done, nothing runs, no run key.
-        await store.completeEvent(f3!.lease, T0 + 2 * LEASE);
+        await store.completeUnit(f3!.lease, T0 + 2 * LEASE);
         await store.replayEvents([e1.id], { force: false, now: T0 + 2 * LEASE });
         const plain = await claimOne(store, 'drain-f', T0 + 2 * LEASE, LEASE);
         expect(await store.beginEffect(plain!.lease, plain!.attempt, start('licence', 'k'), T0 + 2 * LEASE, LEASE)).toMatchObject({ action: 'skipped' });
@@ -655,19 +660,19 @@ describe.each(backends)('$name store contract', (backend) => {
         const e1 = await claimed('a');
         expect(await run(e1, start('licence', 'k'))).toBe('licence:k');
         expect(await run(e1, start('mail', 'k'))).toBe('mail:k');
-        await store.completeEvent(e1.lease, T0);
+        await store.completeUnit(e1.lease, T0);
 
         await store.replayEvents([e1.id], { force: true, now: T0 });
         const forced = (route: string) => start(route, 'k', { force: true });
         const f1 = await claimOne(store, 'drain-b', T0, LEASE);
         expect(await run(f1!, forced('licence'))).toBe('licence:k#forced-1');
         expect(await run(f1!, forced('mail'), 'failed')).toBe('mail:k#forced-1');
-        await store.retryEvent(f1!.lease, 'mail failed', T0);
+        await store.retryUnit(f1!.lease, 'mail failed', T0);
         // The retry: licence already ran in this replay (skipped), mail repeats its own forced run.
         const f2 = await claimOne(store, 'drain-c', T0, LEASE);
         expect(await store.beginEffect(f2!.lease, f2!.attempt, forced('licence'), T0, LEASE)).toMatchObject({ action: 'skipped' });
         expect(await run(f2!, forced('mail'))).toBe('mail:k#forced-1');
-        await store.completeEvent(f2!.lease, T0);
+        await store.completeUnit(f2!.lease, T0);
 
         // A new forced replay runs both again, each under a new key.
         await store.replayEvents([e1.id], { force: true, now: T0 });
@@ -1086,7 +1091,11 @@ describe.each(backends)('$name store contract', (backend) => {
     it('replays all or nothing: refuses unknown ids and live claims; resets the retry counter; force and dead', async () => {
       const done = await seeded('done', 'done', 1, ', attempts = 3');
       const dead = await seeded('dead', 'dead', 1, `, attempts = 12, last_error = 'gave up'`);
-      const live = await seeded('live', 'processing', 1, `, lease_owner = 'x', lease_expires_at = ${T0 + LEASE}`);
+      const live = await seeded('live', 'processing', 1);
+      // A lease is a unit's: the live claim is on one of the event's units.
+      await o.exec(
+        `INSERT INTO units (event_id, route, lane, status, next_attempt_at, lease_owner, lease_expires_at) VALUES (${live}, 'r', 'r', 'processing', ${T0}, 'x', ${T0 + LEASE})`,
+      );
 
       const refused = await store.replayEvents([done, 999_999, live], { force: false, now: T0 });
       expect(refused.replayed).toEqual([]);

@@ -64,6 +64,13 @@ export function insertEvent(db: Database.Database, e: SeedEvent): number {
     );
   const id = Number(r.lastInsertRowid);
   db.prepare(`UPDATE events SET response_body = ?, origin = ? WHERE id = ?`).run(JSON.stringify({ status: 'accepted', id }), e.origin ?? 'webhook', id);
+  // A lease is a unit's: a claimed event's claim is on its one unit (route `r`).
+  if (e.leaseOwner !== undefined) {
+    db.prepare(`UPDATE events SET planned = 1 WHERE id = ?`).run(id);
+    db.prepare(
+      `INSERT INTO units (event_id, route, lane, status, attempts, next_attempt_at, lease_owner, lease_expires_at) VALUES (?, 'r', 'r', 'processing', 1, ?, ?, ?)`,
+    ).run(id, e.receivedAt, e.leaseOwner, e.leaseExpiresAt ?? null);
+  }
   return id;
 }
 

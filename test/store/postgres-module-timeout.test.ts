@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { minimalEnvironment } from '../../src/effects/exec.js';
 import { ModuleRunner } from '../../src/effects/module-runner.js';
-import type { ClaimedEvent, EffectStart } from '../../src/store/drain-types.js';
+import type { ClaimedUnit, EffectStart } from '../../src/store/drain-types.js';
 import { openStore } from '../../src/store/open.js';
 import type { Store } from '../../src/store/types.js';
 import { claimOne, tempDir } from '../helpers.js';
@@ -45,7 +45,7 @@ describe.runIf(pgOk)('module effect statements on PostgreSQL', () => {
     await db?.drop();
   });
 
-  async function claimed(): Promise<ClaimedEvent> {
+  async function claimed(): Promise<ClaimedUnit> {
     const body = Buffer.from('{"id":"e1"}');
     await store.ingest({
       source: 'shop',

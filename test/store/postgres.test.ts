@@ -237,7 +237,7 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
     }
 
     it('while a module effect holds its transaction, ingest of a duplicate of that event and claims of other events do not wait', async () => {
-      await db.query('TRUNCATE events, effects, attempts, licences RESTART IDENTITY');
+      await db.query('TRUNCATE events, units, effects, attempts, licences RESTART IDENTITY');
       const store = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
       const other = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
       await store.ingest(event('a'));
@@ -262,7 +262,7 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
     });
 
     it('a module effect whose lease is taken over while its handler runs commits nothing', async () => {
-      await db.query('TRUNCATE events, effects, attempts, licences RESTART IDENTITY');
+      await db.query('TRUNCATE events, units, effects, attempts, licences RESTART IDENTITY');
       const store = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
       const other = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
       await store.ingest(event('a'));
@@ -288,7 +288,7 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
     });
 
     it('a second receiver deciding a key that a module effect is running waits on the key lock, then skips it', async () => {
-      await db.query('TRUNCATE events, effects, attempts, licences RESTART IDENTITY');
+      await db.query('TRUNCATE events, units, effects, attempts, licences RESTART IDENTITY');
       const store = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
       const other = await openStore(db.url, { busyTimeoutMs: 1000, server: true });
       await store.ingest(event('a'));

@@ -1,63 +1,169 @@
-import type { ClaimedEvent } from '../drain-types.js';
-import { CLAIM_COLUMNS, toClaimed, type ClaimDbRow } from '../rows.js';
+import type { ClaimedUnit, ClaimLimits, EventPlan, UnplannedEvent } from '../drain-types.js';
+import { EVENT_WORK_COLUMNS, toClaimed, toUnplanned, UNIT_CLAIM_COLUMNS, type EventWorkDbRow, type UnitClaimDbRow } from '../rows.js';
 import { changes, first, memo, rows, sqlText, type Dialect } from '../sql.js';
 import type { DrainBackend } from './backend.js';
+import { deriveEventStatus } from './settle.js';
 
 /**
- * How an event is claimed. A claim takes the oldest due events in arrival (id) order:
- * `pending` with `next_attempt_at <= now`, or `processing` whose lease expired (a crashed
- * or stalled drain's claim: this is how its events come back). One UPDATE sets them
- * `processing` under the claimant's lease and counts the attempt, so two drains never hold
- * one event: under SQLite's write lock no other writer runs meanwhile; on PostgreSQL rows
- * another transaction holds are skipped (`takeUnlocked`), and a row whose claim committed
- * meanwhile no longer matches.
+ * How work is planned and claimed.
+ *
+ * Planning. Ingest stores an event `pending` and unplanned; the drain decides which routes
+ * apply (it holds the configuration) and stores one unit per route, in the route's lane,
+ * due when the event is. An event no route applies to is done at once.
+ *
+ * Claiming, per lane. A unit is due when it is `pending` with `next_attempt_at <= now`,
+ * or `processing` under an expired lease (a crashed or stalled drain's claim: this is how
+ * its work comes back). A claim first chooses lanes: those with a due unit, no unit
+ * running under a live lease (in any process) and none running in this drain, oldest due
+ * unit first. Then it takes up to `perLane` due units of each chosen lane, oldest first,
+ * and sets them `processing` under the claimant's lease, counting the attempt. The drain
+ * runs a lane's units one after another, so a lane has one unit in flight at a time, in
+ * any number of receivers: under SQLite's write lock no other claim runs meanwhile; on
+ * PostgreSQL each chosen lane is locked for the claim's transaction (`tryLockLane`; a lane
+ * another receiver is claiming in is skipped, not waited for), and the units are taken by
+ * a second statement, which sees every claim committed before that lock was granted.
  */
 
-const statements = memo((d: Dialect) => ({
-  // INDEXED BY (SQLite): without statistics its planner may answer "the smallest ids" by
-  // walking every finished event in rowid order.
-  claim: sqlText(
-    d,
-    (p) => `UPDATE events SET status = 'processing', lease_owner = ${p()}, lease_expires_at = ${p()}, attempts = attempts + 1
-    WHERE id IN (
-      SELECT id FROM (
-        SELECT id FROM (SELECT id FROM events${d.indexedBy('events_pending')} WHERE status = 'pending' AND next_attempt_at <= ${p()}
-                        ORDER BY id LIMIT ${p()}${d.takeUnlocked}) AS due
+const statements = memo((d: Dialect) => {
+  // A lane with a unit running under a live lease, wherever it runs.
+  const running = (p: () => string) => `SELECT lane FROM units${d.indexedBy('units_leased')} WHERE status = 'processing' AND lease_expires_at > ${p()}`;
+  return {
+    unplanned: sqlText(
+      d,
+      (p) => `SELECT ${EVENT_WORK_COLUMNS} FROM events${d.indexedBy('events_unplanned')} WHERE planned = 0 AND status = 'pending' ORDER BY id LIMIT ${p()}`,
+    ),
+    // Only an event still unplanned: two receivers planning one event plan it once.
+    markPlanned: sqlText(d, (p) => `UPDATE events SET planned = 1, route_decisions = ${p()} WHERE id = ${p()} AND planned = 0 AND status = 'pending'`),
+    // The unit starts where its event is: due at its next attempt, its attempts so far
+    // counted, a forced replay's mark kept (an event planned after a replay or an upgrade).
+    insertUnit: sqlText(
+      d,
+      (p) => `INSERT INTO units (event_id, route, lane, next_attempt_at, attempts, force_effects)
+        SELECT id, ${p()}, ${p()}, next_attempt_at, attempts, force_effects FROM events WHERE id = ${p()}
+        ON CONFLICT (event_id, route) DO NOTHING`,
+    ),
+    assignLane: sqlText(d, (p) => `UPDATE units SET lane = ${p()} WHERE route = ${p()} AND lane <> ${p()} AND status = 'pending'`),
+    // The lock is tried lane by lane in order, as the outer limit takes them: a lane another
+    // receiver is claiming in is passed over for the next one. The inner OFFSET keeps the
+    // planner from moving the lock into the grouping, which would lock every candidate lane.
+    lanes: sqlText(
+      d,
+      (p) => `SELECT lane FROM (
+        SELECT lane FROM (
+          SELECT id, lane FROM units${d.indexedBy('units_due')} WHERE status = 'pending' AND next_attempt_at <= ${p()}
+          UNION ALL
+          SELECT id, lane FROM units${d.indexedBy('units_leased')} WHERE status = 'processing' AND lease_expires_at <= ${p()}
+        ) AS due
+        WHERE lane NOT IN (${d.textList(p())}) AND lane NOT IN (${running(p)})
+        GROUP BY lane ORDER BY min(id)${d.tryLockLane === undefined ? '' : ' OFFSET 0'}
+      ) AS candidates${d.tryLockLane === undefined ? '' : ` WHERE ${d.tryLockLane('lane')}`} LIMIT ${p()}`,
+    ),
+    claim: sqlText(
+      d,
+      (p) => `UPDATE units SET status = 'processing', lease_owner = ${p()}, lease_expires_at = ${p()}, attempts = attempts + 1
+      WHERE id IN (
+        SELECT id FROM (
+          SELECT id, row_number() OVER (PARTITION BY lane ORDER BY id) AS n FROM (
+            SELECT id, lane FROM units${d.indexedBy('units_pending')} WHERE status = 'pending' AND lane IN (${d.textList(p())}) AND next_attempt_at <= ${p()}
+            UNION ALL
+            SELECT id, lane FROM units WHERE status = 'processing' AND lane IN (${d.textList(p())}) AND lease_expires_at <= ${p()}
+          ) AS due
+          WHERE lane NOT IN (${running(p)})
+        ) AS ranked WHERE n <= ${p()})
+      RETURNING ${UNIT_CLAIM_COLUMNS}`,
+    ),
+    events: sqlText(d, (p) => `SELECT ${EVENT_WORK_COLUMNS} FROM events WHERE id IN (${d.idList(p())})`),
+    // The event's derived status: processing while one of its units is (see settle.ts).
+    processing: sqlText(
+      d,
+      (p) => `UPDATE events SET status = 'processing', attempts = coalesce((SELECT max(u.attempts) FROM units u WHERE u.event_id = events.id), attempts)
+        WHERE id IN (${d.idList(p())})`,
+    ),
+    nextDue: sqlText(
+      d,
+      (p) => `SELECT min(t) AS t FROM (
+        SELECT min(next_attempt_at) AS t FROM units${d.indexedBy('units_due')}
+          WHERE status = 'pending' AND lane NOT IN (${d.textList(p())}) AND lane NOT IN (${running(p)})
         UNION ALL
-        SELECT id FROM (SELECT id FROM events${d.indexedBy('events_leased')} WHERE status = 'processing' AND lease_expires_at <= ${p()}
-                        ORDER BY id LIMIT ${p()}${d.takeUnlocked}) AS expired
-      ) AS chosen ORDER BY id LIMIT ${p()})
-    RETURNING ${CLAIM_COLUMNS}`,
-  ),
-  nextDue: `SELECT min(t) AS t FROM (
-      SELECT min(next_attempt_at) AS t FROM events${d.indexedBy('events_due')} WHERE status = 'pending'
-      UNION ALL
-      SELECT min(lease_expires_at) AS t FROM events${d.indexedBy('events_leased')} WHERE status = 'processing'
-    ) AS due`,
-  owners: `SELECT DISTINCT lease_owner AS owner FROM events${d.indexedBy('events_leased')} WHERE status = 'processing' AND lease_owner IS NOT NULL`,
-  // substr, not LIKE: a host name may hold LIKE's wildcards.
-  expire: sqlText(
-    d,
-    (p) => `UPDATE events SET lease_expires_at = ${p()}
-      WHERE status = 'processing' AND substr(lease_owner, 1, length(CAST(${p()} AS text))) = ${p()} AND lease_expires_at > ${p()}`,
-  ),
-}));
+        SELECT min(lease_expires_at) AS t FROM units${d.indexedBy('units_leased')} WHERE status = 'processing' AND lane NOT IN (${d.textList(p())})
+        UNION ALL
+        SELECT min(next_attempt_at) AS t FROM events${d.indexedBy('events_unplanned')} WHERE planned = 0 AND status = 'pending'
+      ) AS due`,
+    ),
+    owners: `SELECT DISTINCT lease_owner AS owner FROM units${d.indexedBy('units_leased')} WHERE status = 'processing' AND lease_owner IS NOT NULL`,
+    // substr, not LIKE: a host name may hold LIKE's wildcards.
+    expire: sqlText(
+      d,
+      (p) => `UPDATE units SET lease_expires_at = ${p()}
+        WHERE status = 'processing' AND substr(lease_owner, 1, length(CAST(${p()} AS text))) = ${p()} AND lease_expires_at > ${p()}`,
+    ),
+  };
+});
 
-/**
- * Claims up to `limit` due events, oldest first, all for `owner` until `now + leaseMs`
- * (each claim is still guarded by its own event id and owner).
- */
-export async function claimEvents(b: DrainBackend, owner: string, now: number, leaseMs: number, limit: number): Promise<ClaimedEvent[]> {
-  const claimed = await b.write('claim events', () => rows<ClaimDbRow>(statements(b.dialect).claim, [owner, now + leaseMs, now, limit, now, limit, limit]), {
-    oneStatement: true,
-  });
-  // RETURNING gives no order: the drain runs them oldest first.
-  return claimed.map(toClaimed).sort((a, b) => a.id - b.id);
+/** Events stored but not planned yet, oldest first. */
+export async function unplannedEvents(b: DrainBackend, limit: number): Promise<UnplannedEvent[]> {
+  return (await b.read('unplanned events', rows<EventWorkDbRow>(statements(b.dialect).unplanned, [limit]))).map(toUnplanned);
 }
 
-/** The earliest time something becomes due (a retry or an expiring lease); undefined when none. */
-export async function nextDueAt(b: DrainBackend): Promise<number | undefined> {
-  return (await b.read('next due event', first<{ t: number | null }>(statements(b.dialect).nextDue)))?.t ?? undefined;
+/** Stores each event's units, or marks it done when none applies (see DrainStore.planEvents). */
+export async function planEvents(b: DrainBackend, plans: readonly EventPlan[], now: number): Promise<void> {
+  if (plans.length === 0) return;
+  const d = b.dialect;
+  const s = statements(d);
+  await b.write('plan events', function* () {
+    const planned: number[] = [];
+    for (const plan of plans) {
+      if ((yield* changes(s.markPlanned, [plan.decisions, plan.eventId])) === 0) continue;
+      for (const u of plan.units) yield* changes(s.insertUnit, [u.route, u.lane, plan.eventId]);
+      planned.push(plan.eventId);
+    }
+    yield* deriveEventStatus(d, planned, now);
+  });
+}
+
+/** Moves the units not running to their route's lane now (see DrainStore.assignLanes). */
+export async function assignLanes(b: DrainBackend, lanes: ReadonlyMap<string, string>): Promise<void> {
+  if (lanes.size === 0) return;
+  const s = statements(b.dialect);
+  await b.write('assign lanes', function* () {
+    for (const [route, lane] of lanes) yield* changes(s.assignLane, [lane, route, lane]);
+  });
+}
+
+/** How many times one claim chooses lanes when the lanes it chose were all taken meanwhile. */
+const CLAIM_ROUNDS = 3;
+
+/** Claims due units, per lane (see the comment at the top and DrainStore.claimUnits). */
+export async function claimUnits(b: DrainBackend, owner: string, now: number, leaseMs: number, limits: ClaimLimits): Promise<ClaimedUnit[]> {
+  if (limits.lanes <= 0 || limits.perLane <= 0) return [];
+  const d = b.dialect;
+  const s = statements(d);
+  return b.write('claim units', function* () {
+    let units: UnitClaimDbRow[] = [];
+    // A lane locked just as another receiver's claim in it committed is found taken by the
+    // second statement: the lanes are chosen again, from a newer snapshot, a few times.
+    for (let round = 0; units.length === 0 && round < CLAIM_ROUNDS; round++) {
+      const lanes = (yield* rows<{ lane: string }>(s.lanes, [now, now, d.ids(limits.busyLanes), now, limits.lanes])).map((r) => r.lane);
+      if (lanes.length === 0) return [];
+      units = yield* rows<UnitClaimDbRow>(s.claim, [owner, now + leaseMs, d.ids(lanes), now, d.ids(lanes), now, now, limits.perLane]);
+    }
+    if (units.length === 0) return [];
+    const eventIds = [...new Set(units.map((u) => u.event_id))];
+    const events = new Map((yield* rows<EventWorkDbRow>(s.events, [d.ids(eventIds)])).map((e) => [e.id, e]));
+    yield* changes(s.processing, [d.ids(eventIds)]);
+    // RETURNING gives no order: each lane runs its units oldest first.
+    return units
+      .filter((u) => events.has(u.event_id))
+      .map((u) => toClaimed(u, events.get(u.event_id)!))
+      .sort((x, y) => x.unitId - y.unitId);
+  });
+}
+
+/** The earliest time something becomes due outside `busyLanes`; undefined when none. */
+export async function nextDueAt(b: DrainBackend, busyLanes: readonly string[], now: number): Promise<number | undefined> {
+  const d = b.dialect;
+  const busy = d.ids(busyLanes);
+  return (await b.read('next due unit', first<{ t: number | null }>(statements(d).nextDue, [busy, now, busy])))?.t ?? undefined;
 }
 
 /** The distinct owners of every current claim, live or expired. */

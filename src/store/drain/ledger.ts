@@ -68,12 +68,12 @@ export function newerVersion(applied: string | null, incoming: string | undefine
 const statements = memo((d: Dialect) => {
   const text = (build: (p: () => string) => string) => sqlText(d, build);
   return {
-    // A running row belongs to someone else only while another event's claim on it is live;
+    // A running row belongs to someone else only while another event has a unit claimed under a live lease;
     // otherwise it is a run that crashed or outlived its lease, and may be repeated.
     ledger: text(
       (p) => `SELECT f.status, f.event_id, f.version, f.runs, f.forced_runs,
         CASE WHEN f.status = 'running' AND f.event_id IS NOT NULL AND f.event_id <> ${p()} AND EXISTS (
-          SELECT 1 FROM events v WHERE v.id = f.event_id AND v.status = 'processing' AND v.lease_expires_at > ${p()})
+          SELECT 1 FROM units v WHERE v.event_id = f.event_id AND v.status = 'processing' AND v.lease_expires_at > ${p()})
         THEN 1 ELSE 0 END AS held_elsewhere
         FROM effects f WHERE f.effect_key = ${p()}`,
     ),
@@ -81,13 +81,13 @@ const statements = memo((d: Dialect) => {
       (p) => `INSERT INTO attempts (event_id, attempt, route, effect_key, started_at, finished_at, outcome, error, output, forced, run_key)
         VALUES (${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}, ${p()}) RETURNING id`,
     ),
-    // A forced replay's own ok run of this key: events.force_effects holds the id of the
-    // replay's first attempt row (see the replay in ops-steps.ts), so a retry of the replay
-    // (another route failed) does not run it again, under yet another forced key the app
-    // would not drop.
+    // A forced replay's own ok run of this key: the unit's force_effects holds the id of the
+    // replay's first attempt row (see the replay in ops-steps.ts), so a claim of the unit
+    // again after that run (its settle was lost to a crash) does not run it again, under
+    // yet another forced key the app would not drop.
     forcedInThisReplay: text(
-      (p) => `SELECT 1 AS done FROM attempts a JOIN events e ON e.id = a.event_id
-        WHERE a.event_id = ${p()} AND a.effect_key = ${p()} AND a.forced = 1 AND a.outcome = 'ok' AND e.force_effects > 0 AND a.id >= e.force_effects LIMIT 1`,
+      (p) => `SELECT 1 AS done FROM attempts a JOIN units u ON u.event_id = a.event_id
+        WHERE u.id = ${p()} AND a.effect_key = ${p()} AND a.forced = 1 AND a.outcome = 'ok' AND u.force_effects > 0 AND a.id >= u.force_effects LIMIT 1`,
     ),
     // This event's latest run of the key (attempts that ran nothing have no run key).
     lastRun: text(
@@ -211,7 +211,7 @@ export function* decide(d: Dialect, lease: Lease, attempt: number, start: Effect
   const found = yield* first<LedgerDbRow>(statements(d).ledger, [lease.eventId, now, start.effectKey]);
   const row = found === undefined ? undefined : toLedger(found);
   // Forced, but this replay already ran it (and is retried for another route's failure): as done.
-  const forcedAlready = start.force && (yield* first<{ done: number }>(statements(d).forcedInThisReplay, [lease.eventId, start.effectKey])) !== undefined;
+  const forcedAlready = start.force && (yield* first<{ done: number }>(statements(d).forcedInThisReplay, [lease.unitId, start.effectKey])) !== undefined;
   const s = forcedAlready ? { ...start, force: false } : start;
   const decision = decideEffect(row, s);
   if (decision === 'run') return { row, run: yield* planRun(d, lease, s, row) };

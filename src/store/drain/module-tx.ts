@@ -30,10 +30,8 @@ export interface ModuleEffect {
   /** Read when the transaction starts and again when it ends. */
   now: () => number;
   leaseMs: number;
-  /** Mark the event done in the same commit when the handler resolves. */
+  /** Mark the unit done in the same commit when the handler resolves. */
   completeOnOk: boolean;
-  /** Recorded with the event when it is marked done here (see settle.ts). */
-  routeDecisions?: string | undefined;
 }
 
 const LOST = { action: 'lost' } as const;
@@ -100,14 +98,14 @@ function* begin(d: Dialect, m: ModuleEffect, startedAt: number): Steps<Decided |
 }
 
 /**
- * The handler resolved: the ledger row done and the attempt ok and, when this was the
- * event's last effect and nothing failed, the event done too, all in this transaction.
+ * The handler resolved: the ledger row done and the attempt ok and (completeOnOk) the unit
+ * done with its event's status derived, all in this transaction.
  * Undefined when the lease is lost (checked here last where writers run concurrently).
  */
 function* end(d: Dialect, m: ModuleEffect, run: ModuleRun): Steps<{ attemptId: number; completed: boolean } | undefined> {
   if (!d.oneWriter && !(yield* renewLease(d, m.lease, run.finishedAt + m.leaseMs))) return undefined;
   const attemptId = yield* moduleDone(d, run);
-  const completed = m.completeOnOk && (yield* complete(d, m.lease, run.finishedAt, m.routeDecisions));
+  const completed = m.completeOnOk && (yield* complete(d, m.lease, run.finishedAt));
   return { attemptId, completed };
 }
 

@@ -1,63 +1,112 @@
 import type { Lease } from '../drain-types.js';
-import { changes, memo, sqlText, type Dialect, type Steps } from '../sql.js';
+import { changes, memo, rows, sqlText, type Dialect, type Steps } from '../sql.js';
 import type { DrainBackend } from './backend.js';
 import { held, leaseList } from './lease.js';
 
 /**
- * How a claimed event is settled: done, back to pending for a retry, dead, or released
+ * How a claimed unit is settled: done, back to pending for a retry, dead, or released
  * unstarted. Each applies only while the caller still holds the lease (the lease guard),
- * and reports whether it did. Complete, retry and bury also record this attempt's route
- * decisions, why each route did or did not apply (kept as they were when none are given).
+ * and reports whether it did.
+ *
+ * The event's status is derived from its units', in the transaction that changed one:
+ * `processing` while one is, else `pending` while one is, else `dead` when one is, else
+ * `done` (an event without units: nothing applied). Its attempts are its units' most, its
+ * next attempt their earliest, its last error the first unfinished unit's.
  */
 
-const statements = memo((d: Dialect) => ({
-  complete: sqlText(
-    d,
-    (p) => `UPDATE events SET status = 'done', finished_at = ${p()}, lease_owner = NULL, lease_expires_at = NULL,
-      last_error = NULL, force_effects = 0, route_decisions = coalesce(${p()}, route_decisions) WHERE ${held(p)}`,
-  ),
-  retry: sqlText(
-    d,
-    (p) => `UPDATE events SET status = 'pending', next_attempt_at = ${p()}, last_error = ${p()}, lease_owner = NULL,
-      lease_expires_at = NULL, route_decisions = coalesce(${p()}, route_decisions) WHERE ${held(p)}`,
-  ),
-  bury: sqlText(
-    d,
-    (p) => `UPDATE events SET status = 'dead', finished_at = ${p()}, last_error = ${p()}, lease_owner = NULL,
-      lease_expires_at = NULL, route_decisions = coalesce(${p()}, route_decisions) WHERE ${held(p)}`,
-  ),
-  // The claim is not counted as an attempt: the event never started.
-  release: sqlText(
-    d,
-    (p) => `UPDATE events SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL,
-      attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
-      WHERE status = 'processing' AND (id, lease_owner) IN (${d.leasePairs(p())})`,
-  ),
-}));
+const statements = memo((d: Dialect) => {
+  const units = (status: string) => `SELECT 1 FROM units u WHERE u.event_id = events.id AND u.status IN (${status})`;
+  return {
+    complete: sqlText(
+      d,
+      (p) => `UPDATE units SET status = 'done', finished_at = ${p()}, lease_owner = NULL, lease_expires_at = NULL,
+        last_error = NULL, force_effects = 0 WHERE ${held(p)}`,
+    ),
+    retry: sqlText(
+      d,
+      (p) => `UPDATE units SET status = 'pending', next_attempt_at = ${p()}, last_error = ${p()}, lease_owner = NULL, lease_expires_at = NULL
+        WHERE ${held(p)}`,
+    ),
+    bury: sqlText(
+      d,
+      (p) => `UPDATE units SET status = 'dead', finished_at = ${p()}, last_error = ${p()}, lease_owner = NULL, lease_expires_at = NULL
+        WHERE ${held(p)}`,
+    ),
+    // The claim is not counted as an attempt: the unit never started.
+    release: sqlText(
+      d,
+      (p) => `UPDATE units SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL,
+        attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
+        WHERE status = 'processing' AND (id, lease_owner) IN (${d.leasePairs(p())})`,
+    ),
+    // Where writers run concurrently, the events are locked first, and their units read by
+    // the next statement: two units of one event settled at once by two transactions derive
+    // the event's status one after the other, the second seeing the first's commit.
+    lockEvents: sqlText(d, (p) => `SELECT id FROM events WHERE id IN (${d.idList(p())}) ORDER BY id${d.lockRows}`),
+    derive: sqlText(
+      d,
+      (p) => `UPDATE events SET
+        status = CASE WHEN EXISTS (${units(`'processing'`)}) THEN 'processing' WHEN EXISTS (${units(`'pending'`)}) THEN 'pending'
+          WHEN EXISTS (${units(`'dead'`)}) THEN 'dead' ELSE 'done' END,
+        finished_at = CASE WHEN EXISTS (${units(`'pending', 'processing'`)}) THEN NULL ELSE CAST(${p()} AS bigint) END,
+        force_effects = CASE WHEN EXISTS (${units(`'pending', 'processing'`)}) THEN force_effects ELSE 0 END,
+        attempts = coalesce((SELECT max(u.attempts) FROM units u WHERE u.event_id = events.id), attempts),
+        next_attempt_at = coalesce((SELECT min(u.next_attempt_at) FROM units u WHERE u.event_id = events.id AND u.status = 'pending'), next_attempt_at),
+        last_error = (SELECT u.route || ': ' || u.last_error FROM units u
+          WHERE u.event_id = events.id AND u.status <> 'done' AND u.last_error IS NOT NULL ORDER BY u.id LIMIT 1),
+        lease_owner = NULL, lease_expires_at = NULL
+        WHERE id IN (${d.idList(p())})`,
+    ),
+  };
+});
 
-/** `done`: clears the lease, last_error and force_effects. A module effect runs it in its own transaction (completeOnOk). */
-export function* complete(d: Dialect, lease: Lease, now: number, routeDecisions?: string): Steps<boolean> {
-  return (yield* changes(statements(d).complete, [now, routeDecisions ?? null, lease.eventId, lease.owner])) === 1;
+/** Rewrites the events' status (and attempts, next attempt, last error) from their units'. */
+export function* deriveEventStatus(d: Dialect, eventIds: readonly number[], now: number): Steps<void> {
+  if (eventIds.length === 0) return;
+  const ids = [...new Set(eventIds)].sort((a, b) => a - b);
+  const s = statements(d);
+  if (!d.oneWriter) yield* rows(s.lockEvents, [d.ids(ids)]);
+  yield* changes(s.derive, [now, d.ids(ids)]);
 }
 
-export function completeEvent(b: DrainBackend, lease: Lease, now: number, routeDecisions?: string): Promise<boolean> {
-  return b.write('complete event', () => complete(b.dialect, lease, now, routeDecisions), { oneStatement: true });
+/** One guarded change of a unit, then its event's status. */
+function* settle(d: Dialect, sql: string, params: readonly unknown[], lease: Lease, now: number): Steps<boolean> {
+  if ((yield* changes(sql, params)) !== 1) return false;
+  yield* deriveEventStatus(d, [lease.eventId], now);
+  return true;
+}
+
+/** `done`: clears the lease, last_error and force_effects. A module effect runs it in its own transaction (completeOnOk). */
+export function* complete(d: Dialect, lease: Lease, now: number): Steps<boolean> {
+  return yield* settle(d, statements(d).complete, [now, lease.unitId, lease.owner], lease, now);
+}
+
+export function completeUnit(b: DrainBackend, lease: Lease, now: number): Promise<boolean> {
+  return b.write('complete unit', () => complete(b.dialect, lease, now));
 }
 
 /** Back to `pending` until `nextAttemptAt`, keeping `error` as last_error. */
-export async function retryEvent(b: DrainBackend, lease: Lease, error: string, nextAttemptAt: number, routeDecisions?: string): Promise<boolean> {
-  const params = [nextAttemptAt, error, routeDecisions ?? null, lease.eventId, lease.owner];
-  return (await b.write('retry event', () => changes(statements(b.dialect).retry, params), { oneStatement: true })) === 1;
+export function retryUnit(b: DrainBackend, lease: Lease, error: string, nextAttemptAt: number): Promise<boolean> {
+  const d = b.dialect;
+  return b.write('retry unit', () => settle(d, statements(d).retry, [nextAttemptAt, error, lease.unitId, lease.owner], lease, nextAttemptAt));
 }
 
 /** `dead` with `error` as last_error (past maxAttempts, or a permanent failure). */
-export async function buryEvent(b: DrainBackend, lease: Lease, error: string, now: number, routeDecisions?: string): Promise<boolean> {
-  const params = [now, error, routeDecisions ?? null, lease.eventId, lease.owner];
-  return (await b.write('bury event', () => changes(statements(b.dialect).bury, params), { oneStatement: true })) === 1;
+export function buryUnit(b: DrainBackend, lease: Lease, error: string, now: number): Promise<boolean> {
+  const d = b.dialect;
+  return b.write('bury unit', () => settle(d, statements(d).bury, [now, error, lease.unitId, lease.owner], lease, now));
 }
 
-/** Claimed events the drain did not start (it is stopping): back to `pending` at once, for another drain. */
-export async function releaseEvents(b: DrainBackend, leases: readonly Lease[]): Promise<void> {
+/** Claimed units the drain did not start (it is stopping): back to `pending` at once, for another drain. */
+export async function releaseUnits(b: DrainBackend, leases: readonly Lease[], now: number): Promise<void> {
   if (leases.length === 0) return;
-  await b.write('release events', () => changes(statements(b.dialect).release, [leaseList(leases)]), { oneStatement: true });
+  const d = b.dialect;
+  await b.write('release units', function* () {
+    yield* changes(statements(d).release, [leaseList(leases)]);
+    yield* deriveEventStatus(
+      d,
+      leases.map((l) => l.eventId),
+      now,
+    );
+  });
 }

@@ -222,6 +222,37 @@ CREATE INDEX alert_sends_suppressed ON alert_sends (destination, id) WHERE statu
 CREATE INDEX attempts_route ON attempts (route, id);
 `,
   },
+  {
+    version: 9,
+    name: 'units and lanes',
+    // As SQLite's version 9: one unit of work per (event, route), in a lane; events planned by the drain.
+    sql: `
+ALTER TABLE events ADD COLUMN planned integer NOT NULL DEFAULT 0;
+CREATE TABLE units (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  event_id bigint NOT NULL,
+  route text NOT NULL,
+  lane text NOT NULL,
+  status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'processing', 'done', 'dead')),
+  attempts integer NOT NULL DEFAULT 0,
+  next_attempt_at bigint NOT NULL,
+  lease_owner text,
+  lease_expires_at bigint,
+  last_error text,
+  force_effects integer NOT NULL DEFAULT 0,
+  replays integer NOT NULL DEFAULT 0,
+  finished_at bigint,
+  UNIQUE (event_id, route)
+);
+CREATE INDEX units_pending ON units (lane, id) WHERE status = 'pending';
+CREATE INDEX units_due ON units (next_attempt_at) WHERE status = 'pending';
+CREATE INDEX units_leased ON units (lease_expires_at) WHERE status = 'processing';
+CREATE INDEX events_unplanned ON events (id) WHERE planned = 0 AND status = 'pending';
+UPDATE events SET planned = 1 WHERE status = 'done';
+UPDATE events SET status = 'pending', next_attempt_at = greatest(next_attempt_at, coalesce(lease_expires_at, 0)), lease_owner = NULL, lease_expires_at = NULL
+  WHERE status = 'processing';
+`,
+  },
 ];
 
 export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

@@ -38,6 +38,7 @@ const PURGE = `WITH
   a AS (DELETE FROM attempts WHERE event_id IN (SELECT id FROM picked) RETURNING 1),
   c AS (DELETE FROM conflicts WHERE event_id IN (SELECT id FROM picked) RETURNING 1),
   k AS (DELETE FROM body_keys WHERE event_id IN (SELECT id FROM picked)),
+  u AS (DELETE FROM units WHERE event_id IN (SELECT id FROM picked)),
   e AS (DELETE FROM events WHERE id IN (SELECT id FROM picked) RETURNING 1)
   SELECT (SELECT count(*) FROM e) AS events, (SELECT count(*) FROM a) AS attempts, (SELECT count(*) FROM c) AS conflicts`;
 

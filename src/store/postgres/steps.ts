@@ -5,6 +5,9 @@ import type { PoolClient } from './open.js';
 /** A constant first key for pg_advisory_xact_lock(int, int): the effect-key lock space. */
 const EFFECT_KEY_LOCK = 0x72636b79; // "rcky"
 
+/** A constant first key for pg_try_advisory_xact_lock(int, int): the lane lock space. */
+const LANE_LOCK = 0x72636c6e; // "rcln"
+
 /**
  * Serialises every decision about one effect key across processes until this transaction
  * ends. The wait may be as long as another process's module effect holds its transaction
@@ -28,6 +31,8 @@ export const dialect: Dialect = {
   // transaction) holds the row: skipped, not waited for.
   takeUnlocked: ' FOR NO KEY UPDATE SKIP LOCKED',
   oneWriter: false,
+  // A lane another receiver is claiming in right now is left to it, not waited for.
+  tryLockLane: (column) => `pg_try_advisory_xact_lock(${LANE_LOCK}, hashtext(${column}))`,
   leasePairs: (p) => `SELECT (l ->> 0)::bigint AS id, l ->> 1 AS owner FROM jsonb_array_elements(CAST(${p} AS jsonb)) AS l`,
   skipLocked: ' FOR UPDATE SKIP LOCKED',
   // The table, its indexes and its TOAST data.

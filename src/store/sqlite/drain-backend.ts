@@ -13,7 +13,12 @@ import type { WalSync } from './wal-sync.js';
  *   holds the lock without blocking the thread (whenUnlocked), after giving way to an
  *   ingest thread that waits for it (lock-priority.ts). Statements run synchronously inside
  *   the transaction, so nothing else on the connection runs between two of them.
- * - serve's group commit: the steps of a claim batch share transactions (see inGroup).
+ * - One connection for every lane: a module effect's transaction stays open across the
+ *   handler's awaits, and another lane's write must not land inside it (better-sqlite3
+ *   would nest it as a savepoint, to commit or roll back with the module's). So every use
+ *   of the connection takes the connection's turn (`#turn`), and a module transaction holds
+ *   it from BEGIN to its end: other lanes' writes wait for it; their effects do not.
+ * - serve's group commit: the drain's steps share transactions (see inGroup).
  * - Durability is explicit in serve (wal-sync.ts): `sync()` awaits an fdatasync of the WAL
  *   (before an external effect acts); every other commit is made durable soon after.
  * - The heartbeat never waits for a transaction open on the connection (see renew).
@@ -44,29 +49,37 @@ export class SqliteDrainBackend implements DrainBackend {
   readonly name = 'sqlite';
   readonly dialect = dialect;
   readonly #c: DrainConnection;
-  /** Inside inGroup: the group's transaction, open from its first write until it commits. */
+  /** While callers are inside inGroup: the group's transaction, open from its first write until it commits. */
   #group: { openSince: number | undefined } | undefined;
+  /** How many callers are inside inGroup (lanes run side by side). */
+  #groupUsers = 0;
   /** A heartbeat found a transaction open on the connection and left its renewal to it. */
   #deferred: (() => Steps<void>) | undefined;
+  /** The connection's turn: settled when the current user of the connection is done. */
+  #turnTail: Promise<void> = Promise.resolve();
 
   constructor(c: DrainConnection) {
     this.#c = c;
   }
 
   read<T>(what: string, steps: Steps<T>): Promise<T> {
-    try {
-      return Promise.resolve(runSteps(this.#c.db, steps));
-    } catch (e) {
-      return Promise.reject(sqliteError(e, what));
-    }
+    return this.#inTurn(() => {
+      try {
+        return runSteps(this.#c.db, steps);
+      } catch (e) {
+        throw sqliteError(e, what);
+      }
+    });
   }
 
-  async write<T>(what: string, steps: () => Steps<T>, options: WriteOptions = {}): Promise<T> {
-    const result = await this.#immediate(what, () => runSteps(this.#c.db, steps()));
-    // In a group, durability follows the group's commit.
-    if (options.commitNow === true) this.#commitGroup();
-    if (this.#group === undefined) this.#durableSoon();
-    return result;
+  write<T>(what: string, steps: () => Steps<T>, options: WriteOptions = {}): Promise<T> {
+    return this.#inTurn(async () => {
+      const result = await this.#immediate(what, () => runSteps(this.#c.db, steps()));
+      // In a group, durability follows the group's commit.
+      if (options.commitNow === true) this.#commitGroup();
+      if (this.#group === undefined) this.#durableSoon();
+      return result;
+    });
   }
 
   async renew(what: string, steps: () => Steps<void>): Promise<void> {
@@ -76,9 +89,33 @@ export class SqliteDrainBackend implements DrainBackend {
       this.#deferred = steps;
       return;
     }
-    // Never opens a group's transaction (it would stay open while an external effect runs).
-    await this.#immediate(what, () => runSteps(this.#c.db, steps()), { alone: true });
-    this.#durableSoon();
+    await this.#inTurn(async () => {
+      if (this.#c.db.inTransaction) {
+        this.#deferred = steps;
+        return;
+      }
+      // Never opens a group's transaction (it would stay open while an external effect runs).
+      await this.#immediate(what, () => runSteps(this.#c.db, steps()), { alone: true });
+      this.#durableSoon();
+    });
+  }
+
+  /** Waits for the connection's turn, then gives it back through the function returned. */
+  #takeTurn(): Promise<() => void> {
+    let done!: () => void;
+    const mine = new Promise<void>((resolve) => (done = resolve));
+    const before = this.#turnTail;
+    this.#turnTail = before.then(() => mine);
+    return before.then(() => done);
+  }
+
+  async #inTurn<T>(fn: () => T | Promise<T>): Promise<T> {
+    const done = await this.#takeTurn();
+    try {
+      return await fn();
+    } finally {
+      done();
+    }
   }
 
   async sync(what: string): Promise<void> {
@@ -100,38 +137,59 @@ export class SqliteDrainBackend implements DrainBackend {
    * takes its claims with it: those events are claimed again.
    */
   async inGroup<T>(fn: () => Promise<T>): Promise<T> {
-    if (this.#c.wal === undefined || this.#group !== undefined) return fn();
-    this.#group = { openSince: undefined };
+    if (this.#c.wal === undefined) return fn();
+    this.#group ??= { openSince: undefined };
+    this.#groupUsers += 1;
     try {
       return await fn();
     } finally {
-      try {
-        this.#commitGroup();
-      } finally {
-        this.#group = undefined;
+      this.#groupUsers -= 1;
+      if (this.#groupUsers === 0) {
+        await this.#inTurn(() => {
+          try {
+            this.#commitGroup();
+          } finally {
+            if (this.#groupUsers === 0) this.#group = undefined;
+          }
+        });
       }
     }
   }
 
-  async commitGroup(): Promise<void> {
-    this.#commitGroup();
+  commitGroup(): Promise<void> {
+    return this.#inTurn(() => this.#commitGroup());
   }
 
   async moduleTransaction(what: string): Promise<ModuleTransaction> {
     const db = this.#c.db;
-    const inGroup = this.#group !== undefined;
-    if (this.#group !== undefined) {
-      await this.#enterGroup(this.#group);
-      db.exec(`SAVEPOINT ${EFFECT_SAVEPOINT}`);
-    } else {
-      yieldToIngest(this.#c.ingestWaiting);
-      await whenUnlocked(what, Date.now() + this.#c.busyTimeoutMs, () => db.exec('BEGIN IMMEDIATE'));
+    // The connection is this transaction's until it ends (see the class comment).
+    const done = await this.#takeTurn();
+    const g = this.#group;
+    try {
+      if (g !== undefined) {
+        await this.#enterGroup(g);
+        db.exec(`SAVEPOINT ${EFFECT_SAVEPOINT}`);
+      } else {
+        yieldToIngest(this.#c.ingestWaiting);
+        await whenUnlocked(what, Date.now() + this.#c.busyTimeoutMs, () => db.exec('BEGIN IMMEDIATE'));
+      }
+    } catch (e) {
+      done();
+      throw e;
     }
     const rollback = () => {
-      if (inGroup) {
+      if (g !== undefined) {
         db.exec(`ROLLBACK TO ${EFFECT_SAVEPOINT}`);
         db.exec(`RELEASE ${EFFECT_SAVEPOINT}`);
       } else if (db.inTransaction) db.exec('ROLLBACK');
+    };
+    /** Runs the transaction's last step and gives the connection back, whatever happens. */
+    const end = <T>(fn: () => T): T => {
+      try {
+        return fn();
+      } finally {
+        done();
+      }
     };
     return {
       run: (steps) => runSteps(db, steps),
@@ -141,20 +199,22 @@ export class SqliteDrainBackend implements DrainBackend {
         return { rows: [], changes: s.run(...params).changes };
       },
       handlerDone: async () => {},
-      commit: async () => {
-        if (inGroup) {
-          db.exec(`RELEASE ${EFFECT_SAVEPOINT}`);
-          return;
-        }
-        this.#runDeferred();
-        db.exec('COMMIT');
-        this.#durableSoon();
-      },
-      rollback: async () => rollback(),
-      fail: async (e) => {
-        rollback();
-        return this.#stepFailed(e, what);
-      },
+      commit: async () =>
+        end(() => {
+          if (g !== undefined) {
+            db.exec(`RELEASE ${EFFECT_SAVEPOINT}`);
+            return;
+          }
+          this.#runDeferred();
+          db.exec('COMMIT');
+          this.#durableSoon();
+        }),
+      rollback: async () => end(rollback),
+      fail: async (e) =>
+        end(() => {
+          rollback();
+          return this.#stepFailed(e, what);
+        }),
       connectionLost: () => undefined,
     };
   }
@@ -190,7 +250,17 @@ export class SqliteDrainBackend implements DrainBackend {
     if (g.openSince !== undefined) return;
     yieldToIngest(c.ingestWaiting);
     await whenUnlocked('drain group', Date.now() + c.busyTimeoutMs, () => c.db.exec('BEGIN IMMEDIATE'));
-    g.openSince = Date.now();
+    const openSince = (g.openSince = Date.now());
+    // Lanes wait outside the database (an effect running) while the group is open: it is
+    // committed GROUP_MS after it opened whether or not another step comes.
+    setTimeout(() => {
+      if (this.#group?.openSince !== openSince) return;
+      this.#inTurn(() => {
+        if (this.#group?.openSince === openSince) this.#commitGroup();
+      }).catch(() => {
+        // Rolled back: its claims went with it, and their next guarded step says so.
+      });
+    }, GROUP_MS).unref();
   }
 
   /** Commits the group's transaction if one is open. A failed COMMIT rolls it all back: claims included. */

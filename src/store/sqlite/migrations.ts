@@ -262,6 +262,45 @@ CREATE INDEX alert_sends_suppressed ON alert_sends (destination, id) WHERE statu
 CREATE INDEX attempts_route ON attempts (route, id);
 `,
   },
+  {
+    version: 9,
+    name: 'units and lanes',
+    // One unit of work per (event, route) that applies: its own status, attempts, next
+    // attempt, lease and last error, in a lane (the route's `lane`, by default its name).
+    // The event's status is derived from its units' (drain/settle.ts). The drain plans an
+    // event's units (`planned`), never ingest. Events not finished before this version
+    // are planned by the drain from the routes configured then: a pending one keeps its
+    // attempts and next attempt time, a claimed one becomes pending no sooner than its
+    // lease ends, a dead one stays dead until it is replayed. The ledger keeps done
+    // effects from running again.
+    sql: `
+ALTER TABLE events ADD COLUMN planned INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE units (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  event_id INTEGER NOT NULL,
+  route TEXT NOT NULL,
+  lane TEXT NOT NULL,
+  status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'processing', 'done', 'dead')),
+  attempts INTEGER NOT NULL DEFAULT 0,
+  next_attempt_at INTEGER NOT NULL,
+  lease_owner TEXT,
+  lease_expires_at INTEGER,
+  last_error TEXT,
+  force_effects INTEGER NOT NULL DEFAULT 0,
+  replays INTEGER NOT NULL DEFAULT 0,
+  finished_at INTEGER,
+  UNIQUE (event_id, route)
+);
+-- A lane's oldest pending unit first.
+CREATE INDEX units_pending ON units (lane, id) WHERE status = 'pending';
+CREATE INDEX units_due ON units (next_attempt_at) WHERE status = 'pending';
+CREATE INDEX units_leased ON units (lease_expires_at) WHERE status = 'processing';
+CREATE INDEX events_unplanned ON events (id) WHERE planned = 0 AND status = 'pending';
+UPDATE events SET planned = 1 WHERE status = 'done';
+UPDATE events SET status = 'pending', next_attempt_at = max(next_attempt_at, coalesce(lease_expires_at, 0)), lease_owner = NULL, lease_expires_at = NULL
+  WHERE status = 'processing';
+`,
+  },
 ];
 
 export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

@@ -48,6 +48,7 @@ export function purgeBatch(db: Db, receivedBefore: number, limit: number): Promi
     const pick = db.prepare(`SELECT id FROM events WHERE status = 'done' AND received_at < ? ORDER BY received_at LIMIT ?`).pluck();
     const delAttempts = db.prepare(`DELETE FROM attempts WHERE event_id IN (SELECT value FROM json_each(?))`);
     const delConflicts = db.prepare(`DELETE FROM conflicts WHERE event_id IN (SELECT value FROM json_each(?))`);
+    const delUnits = db.prepare(`DELETE FROM units WHERE event_id IN (SELECT value FROM json_each(?))`);
     // A body key never outlives its event: a replay of its body is answered from the event.
     const delBodyKeys = db.prepare(`DELETE FROM body_keys WHERE event_id IN (SELECT value FROM json_each(?))`);
     // status = 'done' again at the delete: only finished events are ever removed; the
@@ -60,6 +61,7 @@ export function purgeBatch(db: Db, receivedBefore: number, limit: number): Promi
         const list = JSON.stringify(ids);
         const attempts = delAttempts.run(list).changes;
         const conflicts = delConflicts.run(list).changes;
+        delUnits.run(list);
         const events = delEvents.run(list).changes;
         delBodyKeys.run(list);
         return { events, attempts, conflicts };

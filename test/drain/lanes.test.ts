@@ -1,0 +1,149 @@
+import { existsSync, mkdirSync, rmdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { post, startServe, tempDir, waitFor, writeConfig, type ServeProcess } from '../helpers.js';
+import { inspect, lines } from './helpers.js';
+
+const shop = { provider: 'none', deliveryId: '{body.id}', eventType: '{body.type}' };
+
+/**
+ * An exec effect that proves its lane runs one unit at a time: it takes `<dir>/lock` with
+ * mkdir (atomic), writing OVERLAP to `log` if another unit holds it, logs `start <key>`
+ * and `end <key>`, holds it `seconds`, and gives it back.
+ */
+const locked = (dir: string, log: string, seconds: number) => [
+  '/bin/sh',
+  '-c',
+  'mkdir "$1/lock" 2>/dev/null || echo OVERLAP >> "$2"; echo "start $RECEIVER_RUN_KEY" >> "$2"; sleep "$3"; echo "end $RECEIVER_RUN_KEY" >> "$2"; rmdir "$1/lock"',
+  'sh',
+  dir,
+  log,
+  String(seconds),
+];
+
+/** Lanes with real `serve` processes: a slow route never holds up another lane. */
+describe('lanes (receiver serve processes)', () => {
+  let tmp: ReturnType<typeof tempDir>;
+  let serves: ServeProcess[] = [];
+  beforeEach(() => {
+    tmp = tempDir('receiver-lanes-');
+    serves = [];
+  });
+  afterEach(async () => {
+    for (const s of serves) await s.stop('SIGKILL');
+    tmp.cleanup();
+  });
+
+  it('a licence is done within about a second of its receipt while a slow deploy runs in its own lane', async () => {
+    const log = join(tmp.dir, 'deploy.log');
+    const licences = join(tmp.dir, 'licences.txt');
+    const file = writeConfig(tmp.dir, {
+      sources: { shop },
+      routes: [
+        { name: 'deploy', source: 'shop', events: ['push'], key: '{body.commit}', effect: { exec: locked(tmp.dir, log, 8), timeoutSeconds: 30 } },
+        {
+          name: 'licence',
+          source: 'shop',
+          events: ['order.paid'],
+          key: '{body.order}',
+          effect: { exec: ['/bin/sh', '-c', 'echo "$RECEIVER_KEY" >> "$1"', 'sh', licences] },
+        },
+      ],
+    });
+    const serve = await startServe(file);
+    serves.push(serve);
+    expect((await post(`${serve.url}/webhooks/shop`, JSON.stringify({ id: 'p1', type: 'push', commit: 'c1' }))).status).toBe(202);
+    await waitFor(() => (lines(log).includes('start deploy:c1') ? true : undefined), 'the deploy to start', 10_000);
+    const received = Date.now();
+    expect((await post(`${serve.url}/webhooks/shop`, JSON.stringify({ id: 'o1', type: 'order.paid', order: 'ord_1' }))).status).toBe(202);
+    await waitFor(() => (lines(licences).length === 1 ? true : undefined), 'the licence', 5_000);
+    const tookMs = Date.now() - received;
+    // The deploy is still running: the licence did not wait for it.
+    expect(lines(log)).toEqual(['start deploy:c1']);
+    expect(tookMs).toBeLessThan(1500);
+    const db = inspect(join(tmp.dir, 'receiver.db'));
+    try {
+      await waitFor(() => (db.event(2).status === 'done' ? true : undefined), 'the order event to be done', 5_000);
+      expect(db.event(1).status).toBe('processing');
+      expect(db.unit(1, 'deploy')).toMatchObject({ status: 'processing', lane: 'deploy' });
+      await waitFor(() => (db.event(1).status === 'done' ? true : undefined), 'the deploy to be done', 20_000);
+      expect(lines(log)).toEqual(['start deploy:c1', 'end deploy:c1']);
+    } finally {
+      db.close();
+    }
+  });
+
+  it('two routes sharing a lane never overlap, and the lane runs its units oldest first', async () => {
+    const log = join(tmp.dir, 'lane.log');
+    const file = writeConfig(tmp.dir, {
+      sources: { shop },
+      routes: [
+        { name: 'a', source: 'shop', key: '{body.id}', lane: 'erp', effect: { exec: locked(tmp.dir, log, 0.2) } },
+        { name: 'b', source: 'shop', key: '{body.id}', lane: 'erp', effect: { exec: locked(tmp.dir, log, 0.2) } },
+      ],
+    });
+    const serve = await startServe(file);
+    serves.push(serve);
+    for (const id of ['e1', 'e2', 'e3']) expect((await post(`${serve.url}/webhooks/shop`, JSON.stringify({ id, type: 't' }))).status).toBe(202);
+    const db = inspect(join(tmp.dir, 'receiver.db'));
+    try {
+      await waitFor(() => ([1, 2, 3].every((id) => db.event(id).status === 'done') ? true : undefined), 'every event to be done', 20_000);
+    } finally {
+      db.close();
+    }
+    const got = lines(log);
+    expect(got).not.toContain('OVERLAP');
+    // One at a time: every start is followed by its own end; in unit (planning) order.
+    expect(got.filter((l) => l.startsWith('start '))).toEqual(['start a:e1', 'start b:e1', 'start a:e2', 'start b:e2', 'start a:e3', 'start b:e3']);
+    for (let i = 0; i < got.length; i += 2) expect(got[i + 1]).toBe(got[i]!.replace('start', 'end'));
+  });
+
+  it('kill -9 mid-effect with several lanes busy loses nothing; each lane repeats at most the unit it was running', async () => {
+    const dir = (name: string) => join(tmp.dir, name);
+    const logs = { slow: join(tmp.dir, 'slow.log'), other: join(tmp.dir, 'other.log') };
+    const release = join(tmp.dir, 'release');
+    // Held until the test releases it, so the kill lands mid-effect in both lanes.
+    const held = (lock: string, log: string) => [
+      '/bin/sh',
+      '-c',
+      'mkdir "$1/lock" 2>/dev/null || echo OVERLAP >> "$2"; echo "start $RECEIVER_RUN_KEY" >> "$2"; while [ ! -f "$3" ]; do sleep 0.05; done; rmdir "$1/lock"',
+      'sh',
+      lock,
+      log,
+      release,
+    ];
+    mkdirSync(dir('slow-lane'));
+    mkdirSync(dir('other-lane'));
+    const file = writeConfig(tmp.dir, {
+      sources: { shop },
+      drain: { leaseSeconds: 60 },
+      routes: [
+        { name: 'slow', source: 'shop', key: '{body.id}', effect: { exec: held(dir('slow-lane'), logs.slow), timeoutSeconds: 30 } },
+        { name: 'other', source: 'shop', key: '{body.id}', effect: { exec: held(dir('other-lane'), logs.other), timeoutSeconds: 30 } },
+      ],
+    });
+    let serve = await startServe(file);
+    serves.push(serve);
+    for (const id of ['e1', 'e2', 'e3']) expect((await post(`${serve.url}/webhooks/shop`, JSON.stringify({ id, type: 't' }))).status).toBe(202);
+    await waitFor(() => (lines(logs.slow).length === 1 && lines(logs.other).length === 1 ? true : undefined), 'both lanes to be mid-effect', 10_000);
+    await serve.stop('SIGKILL');
+    serves = [];
+    // The killed effects' commands are gone with their lock directories left: clear them, as a reboot would.
+    for (const name of ['slow-lane', 'other-lane']) if (existsSync(join(dir(name), 'lock'))) rmdirSync(join(dir(name), 'lock'));
+    writeFileSync(release, '');
+    serve = await startServe(file);
+    serves.push(serve);
+    const db = inspect(join(tmp.dir, 'receiver.db'));
+    try {
+      await waitFor(() => ([1, 2, 3].every((id) => db.event(id).status === 'done') ? true : undefined), 'every event to be done', 20_000);
+    } finally {
+      db.close();
+    }
+    for (const [route, log] of Object.entries(logs)) {
+      const got = lines(log);
+      expect(got).not.toContain('OVERLAP');
+      // The unit cut by the kill runs again (once); every other one runs once.
+      expect(got).toEqual([`start ${route}:e1`, `start ${route}:e1`, `start ${route}:e2`, `start ${route}:e3`]);
+    }
+  });
+});

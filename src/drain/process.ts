@@ -220,67 +220,16 @@ async function runRoute(ctx: ProcessContext, event: ClaimedUnit, plan: PlannedEf
   const timeoutMs = route.effect.timeoutSeconds * 1000;
 
   if (route.effect.module !== undefined) {
-    const path = modulePath(route.effect.module, ctx.config.file);
     const modules = (ctx.modules ??= sharedRunner(ctx.execEnv));
-    // Starting a host and importing the module take a while: the claims commit first, so the
-    // drain holds no write lock meanwhile (SQLite's group, see DrainStore.inGroup).
-    if (!modules.ready(path)) await persist(ctx, 'commit claims', event.id, signal, () => ctx.store.commitGroup());
-    try {
-      await modules.load(path, timeoutMs, signal);
-    } catch (e) {
-      const error = `cannot load module ${route.effect.module}: ${(e as Error).message}`;
-      const at = ctx.now();
-      const record = {
-        eventId: event.id,
-        attempt: event.attempt,
-        route: route.name,
-        effectKey: plan.effectKey,
-        outcome: 'failed' as const,
-        error,
-        startedAt: at,
-        finishedAt: at,
-      };
-      await persist(ctx, 'record attempt', event.id, signal, () => ctx.store.recordAttempt(record));
-      report(ctx, event, route.name, plan.effectKey, 'failed', false, elapsed(), error);
-      return { lost: false, failure: { route: route.name, error, retryable: true } };
-    }
-    const moduleEvent: ModuleEvent = { ...eventView(event), json };
-    // The store records a failed run as `failed` with its error; the report says `timeout` when that was why.
-    let timedOut = false;
-    // Nothing of a module effect commits unless its transaction does: a failed commit is
-    // tried again as a whole (the handler runs again; its earlier writes were rolled back).
-    const r = await persist(ctx, 'module effect', event.id, signal, () =>
-      ctx.store.runTransactionalEffect(
-        event.lease,
-        event.attempt,
-        start,
-        (db, run) =>
-          modules
-            .call(
-              path,
-              moduleEvent,
-              { route: route.name, key: plan.businessKey, effectKey: plan.effectKey, runKey: run.runKey, attempt: event.attempt },
-              db,
-              timeoutMs,
-              signal,
-            )
-            .catch((e: unknown) => {
-              timedOut = e instanceof ModuleTimedOut;
-              throw e;
-            }),
-        ctx.now,
-        ctx.leaseMs,
-        { completeOnOk: true },
-      ),
-    );
-    if (r.action === 'lost') return { lost: true };
-    if (r.action === 'failed') {
-      report(ctx, event, route.name, plan.effectKey, timedOut ? 'timeout' : 'failed', start.force, elapsed(), r.error);
-      return { lost: false, failure: { route: route.name, error: r.error, retryable: true } };
-    }
-    report(ctx, event, route.name, plan.effectKey, r.action, start.force && r.action === 'ok', elapsed(), errorOf(r));
-    if (r.action === 'busy') return { lost: false, failure: busyFailure(route, r.heldByEventId, plan.effectKey) };
-    return { lost: false, completed: r.action === 'ok' && r.completed };
+    const path = modulePath(route.effect.module, ctx.config.file);
+    // One module effect at a time, whatever its lane (see ModuleRunner.exclusive); waiting
+    // for the host's turn, a unit holds no transaction. A shutdown meanwhile leaves it to its lease.
+    return modules
+      .exclusive(signal, () => runModule(ctx, event, plan, start, json, signal, { modules, path }, elapsed))
+      .catch((e: unknown) => {
+        if (signal.aborted && !(e instanceof Interrupted)) throw new Interrupted('module effect', e);
+        throw e;
+      });
   }
 
   // External effects: the ledger says "running" (committed) before anything acts.
@@ -321,6 +270,80 @@ async function runRoute(ctx: ProcessContext, event: ClaimedUnit, plan: PlannedEf
   }
   report(ctx, event, route.name, plan.effectKey, result.timedOut === true ? 'timeout' : 'failed', forced, elapsed(), result.error);
   return { lost: false, failure: { route: route.name, error: result.error, retryable: result.retryable, retryAfterMs: result.retryAfterMs } };
+}
+
+/** A module effect: its module loaded in the host, then its transaction (see runTransactionalEffect). */
+async function runModule(
+  ctx: ProcessContext,
+  event: ClaimedUnit,
+  plan: PlannedEffect,
+  start: EffectStart,
+  json: unknown,
+  signal: AbortSignal,
+  { modules, path }: { modules: ModuleRunner; path: string },
+  elapsed: () => number,
+): Promise<RouteResult> {
+  const route = plan.route;
+  const timeoutMs = route.effect.timeoutSeconds * 1000;
+  // Starting a host and importing the module take a while: the claims commit first, so the
+  // drain holds no write lock meanwhile (SQLite's group, see DrainStore.inGroup).
+  if (!modules.ready(path)) await persist(ctx, 'commit claims', event.id, signal, () => ctx.store.commitGroup());
+  try {
+    await modules.load(path, timeoutMs, signal);
+  } catch (e) {
+    const error = `cannot load module ${route.effect.module ?? path}: ${(e as Error).message}`;
+    const at = ctx.now();
+    const record = {
+      eventId: event.id,
+      attempt: event.attempt,
+      route: route.name,
+      effectKey: plan.effectKey,
+      outcome: 'failed' as const,
+      error,
+      startedAt: at,
+      finishedAt: at,
+    };
+    await persist(ctx, 'record attempt', event.id, signal, () => ctx.store.recordAttempt(record));
+    report(ctx, event, route.name, plan.effectKey, 'failed', false, elapsed(), error);
+    return { lost: false, failure: { route: route.name, error, retryable: true } };
+  }
+  const moduleEvent: ModuleEvent = { ...eventView(event), json };
+  // The store records a failed run as `failed` with its error; the report says `timeout` when that was why.
+  let timedOut = false;
+  // Nothing of a module effect commits unless its transaction does: a failed commit is
+  // tried again as a whole (the handler runs again; its earlier writes were rolled back).
+  const r = await persist(ctx, 'module effect', event.id, signal, () =>
+    ctx.store.runTransactionalEffect(
+      event.lease,
+      event.attempt,
+      start,
+      (db, run) =>
+        modules
+          .call(
+            path,
+            moduleEvent,
+            { route: route.name, key: plan.businessKey, effectKey: plan.effectKey, runKey: run.runKey, attempt: event.attempt },
+            db,
+            timeoutMs,
+            signal,
+          )
+          .catch((e: unknown) => {
+            timedOut = e instanceof ModuleTimedOut;
+            throw e;
+          }),
+      ctx.now,
+      ctx.leaseMs,
+      { completeOnOk: true },
+    ),
+  );
+  if (r.action === 'lost') return { lost: true };
+  if (r.action === 'failed') {
+    report(ctx, event, route.name, plan.effectKey, timedOut ? 'timeout' : 'failed', start.force, elapsed(), r.error);
+    return { lost: false, failure: { route: route.name, error: r.error, retryable: true } };
+  }
+  report(ctx, event, route.name, plan.effectKey, r.action, start.force && r.action === 'ok', elapsed(), errorOf(r));
+  if (r.action === 'busy') return { lost: false, failure: busyFailure(route, r.heldByEventId, plan.effectKey) };
+  return { lost: false, completed: r.action === 'ok' && r.completed };
 }
 
 async function runExternal(

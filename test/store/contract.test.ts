@@ -1122,7 +1122,11 @@ describe.each(backends)('$name store contract', (backend) => {
       const b = await seeded('b', 'dead', 2);
       const c = await store.ingest(event('c', undefined, { source: 'github', receivedAt: T0 - DAY }));
       await store.ingest(event('c', undefined, { source: 'github' }));
-      await seeded('d', 'processing', 1, `, lease_owner = 'gone', lease_expires_at = ${T0 - 5}`);
+      const d = await seeded('d', 'processing', 1);
+      // A lease is a unit's: the stuck claim (its lease ran out, nobody took it back) is on the event's unit.
+      await o.exec(
+        `INSERT INTO units (event_id, route, lane, status, attempts, next_attempt_at, lease_owner, lease_expires_at) VALUES (${d}, 'r', 'r', 'processing', 1, ${T0}, 'gone', ${T0 - 5})`,
+      );
 
       expect((await store.listEvents({ limit: 10 })).map((e) => e.deliveryId)).toEqual(['d', 'c', 'b', 'a']);
       expect((await store.listEvents({ limit: 2 })).map((e) => e.deliveryId)).toEqual(['d', 'c']);

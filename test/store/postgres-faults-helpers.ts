@@ -224,9 +224,10 @@ export async function waitAllDone(db: TestDatabase, timeoutMs: number, serve?: S
     if (left[0]!.n === 0) return;
     if (Date.now() > until) {
       const by = await db.query(`SELECT status, count(*)::bigint AS n FROM events GROUP BY 1`);
+      // A lease is a unit's (one route of an event).
       const claims = await db.query(
-        `SELECT id, status, attempts, lease_owner, lease_expires_at - (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS lease_left_ms
-         FROM events WHERE status <> 'done' ORDER BY id LIMIT 20`,
+        `SELECT event_id, route, status, attempts, lease_owner, lease_expires_at - (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS lease_left_ms
+         FROM units WHERE status <> 'done' ORDER BY event_id, route LIMIT 20`,
       );
       const log = serve === undefined ? '' : `\nserve's last lines:\n${serve.output().stderr.split('\n').slice(-30).join('\n')}`;
       throw new Error(`${left[0]!.n} events still not done after ${timeoutMs} ms: ${JSON.stringify(by)}\nnot done: ${JSON.stringify(claims)}${log}`);

@@ -310,9 +310,10 @@ async function runModule(
   const moduleEvent: ModuleEvent = { ...eventView(event), json };
   // The store records a failed run as `failed` with its error; the report says `timeout` when that was why.
   let timedOut = false;
-  // Nothing of a module effect commits unless its transaction does: a failed commit is
-  // tried again as a whole (the handler runs again; its earlier writes were rolled back).
-  const r = await persist(ctx, 'module effect', event.id, signal, () =>
+  // Nothing of a module effect commits unless its transaction does. A step that fails
+  // before the handler runs is tried again (nothing ran); once the handler has run, the run
+  // ends: a commit that fails is a failed attempt, retried later like any other.
+  const ran = await persist(ctx, 'module effect', event.id, signal, () =>
     ctx.store.runTransactionalEffect(
       event.lease,
       event.attempt,
@@ -336,6 +337,8 @@ async function runModule(
       { completeOnOk: true },
     ),
   );
+  // The run's failure could not be written (the database is down): only that write is tried again.
+  const r = ran.action === 'unrecorded' ? await persist(ctx, 'record module failure', event.id, signal, () => ran.record()) : ran;
   if (r.action === 'lost') return { lost: true };
   if (r.action === 'failed') {
     report(ctx, event, route.name, plan.effectKey, timedOut ? 'timeout' : 'failed', start.force, elapsed(), r.error);

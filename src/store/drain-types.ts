@@ -166,7 +166,15 @@ export type TransactionalOutcome =
    */
   | { action: 'ok'; attemptId: number; runs: number; completed: boolean }
   /** The handler threw: its writes rolled back; the attempt is recorded failed with `error`. */
-  | { action: 'failed'; attemptId: number; runs: number; error: string };
+  | { action: 'failed'; attemptId: number; runs: number; error: string }
+  /**
+   * The handler ran, but its end could not be written: the database failed at the commit
+   * (its connection lost, say) or while the failure was recorded. Nothing of the run
+   * committed, unless a commit whose answer was lost did. `record()` writes the attempt
+   * failed with `error`, only while the lease holds (a commit that landed settled the unit:
+   * `lost`); it is what to try again until the database answers, never the handler.
+   */
+  | { action: 'unrecorded'; error: string; record: () => Promise<{ action: 'failed'; attemptId: number; runs: number; error: string } | { action: 'lost' }> };
 
 export interface DrainStore {
   /**

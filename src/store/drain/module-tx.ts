@@ -1,4 +1,4 @@
-import type { EffectDb, EffectRun, EffectStart, Lease, TransactionalOutcome } from '../drain-types.js';
+import type { EffectDb, EffectRun, EffectStart, Lease, LedgerRow, TransactionalOutcome } from '../drain-types.js';
 import type { Dialect, Steps } from '../sql.js';
 import type { DrainBackend, ModuleTransaction } from './backend.js';
 import { decide, lockEffectKey, moduleDone, moduleFailed, type Decided, type ModuleRun } from './ledger.js';
@@ -9,7 +9,9 @@ import { complete } from './settle.js';
  * A module effect's transaction: the lease check, the ledger decision, the handler's writes,
  * the ledger row (done) and the attempt (ok) commit together or not at all. If the handler
  * throws, everything it wrote rolls back, and the failure is recorded in a transaction of
- * its own.
+ * its own. A transaction that cannot commit (its connection lost mid-run) ends the same
+ * way, as a failed attempt: once the handler has run, its run ends here, and is never
+ * started again in place; the unit's retry runs it again.
  *
  * The lease guard differs with the database's locking. Where writers lock only the rows
  * they change (PostgreSQL), renewing the lease inside the transaction would lock the event
@@ -75,18 +77,47 @@ export async function runTransactionalEffect(b: DrainBackend, m: ModuleEffect): 
       await tx.commit();
       return { action: 'ok', attemptId: ok.attemptId, runs: (row?.runs ?? 0) + 1, completed: ok.completed };
     } catch (e) {
-      // Nothing committed: the handler's writes are gone with the ledger row, and the
-      // event stays claimed until its lease expires and it is retried.
-      throw await tx.fail(e);
+      // The handler's writes are gone with the ledger row (or, when only the COMMIT's answer
+      // was lost, committed with the unit done). The run ends as a failed attempt, recorded
+      // under the lease guard: the handler is never run again in place.
+      const lost = tx.connectionLost();
+      const cause = await tx.fail(e);
+      const error = `the effect's transaction did not commit: ${lost ?? cause.message}; its writes were rolled back`;
+      return recordFailure(b, run(now()), error, row, { guarded: true });
     }
   }
 
   await tx.rollback();
   // A handler whose connection was dropped under it failed on the driver's own words: say why.
   const error = tx.connectionLost() ?? message(failure.error);
-  const failed = run(now());
-  const attemptId = await b.write('record module failure', () => moduleFailed(d, failed, error));
-  return { action: 'failed', attemptId, runs: row?.runs ?? 0, error };
+  return recordFailure(b, run(now()), error, row, { guarded: false });
+}
+
+/**
+ * Records a module run that ended without committing: the key failed and the attempt failed.
+ * If the database fails meanwhile, the caller gets `unrecorded`, with the write to try again.
+ * `guarded`: written only while the lease holds (the run's own commit may have landed).
+ */
+async function recordFailure(
+  b: DrainBackend,
+  failed: ModuleRun,
+  error: string,
+  row: LedgerRow | undefined,
+  { guarded }: { guarded: boolean },
+): Promise<TransactionalOutcome> {
+  const d = b.dialect;
+  const record = async () => {
+    const attemptId = await b.write('record module failure', function* () {
+      if (guarded && !(yield* leaseHeld(d, failed.lease))) return undefined;
+      return yield* moduleFailed(d, failed, error);
+    });
+    return attemptId === undefined ? LOST : { action: 'failed' as const, attemptId, runs: row?.runs ?? 0, error };
+  };
+  try {
+    return await record();
+  } catch {
+    return { action: 'unrecorded', error, record };
+  }
 }
 
 /** The transaction's start: the key's lock, the lease guard, the ledger decision; undefined when the lease is lost. */

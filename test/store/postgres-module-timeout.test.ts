@@ -100,6 +100,36 @@ describe.runIf(pgOk)('module effect statements on PostgreSQL', () => {
     return { outcome, tookMs: Date.now() - t0 };
   }
 
+  it('a connection lost after the handler returned, before the commit: the run ends as one failed attempt, nothing of it committed, the handler not run again', async () => {
+    await db.query('CREATE TABLE applied (k text NOT NULL)');
+    const event = await claimed();
+    let runs = 0;
+    const outcome = await store.runTransactionalEffect(
+      event.lease,
+      event.attempt,
+      start,
+      async (effectDb) => {
+        runs += 1;
+        await effectDb.run('INSERT INTO applied (k) VALUES ($1)', ['o1']);
+        const [me] = await effectDb.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+        // The transaction's connection ends (as in a server restart) once the handler's work is done.
+        await db.query('SELECT pg_terminate_backend($1)', [me!.pid]);
+        await new Promise((r) => setTimeout(r, 300));
+      },
+      Date.now,
+      LEASE_MS,
+    );
+    expect(runs).toBe(1);
+    expect(outcome).toMatchObject({
+      action: 'failed',
+      error: expect.stringMatching(/^the effect's transaction did not commit: .+; its writes were rolled back$/),
+    });
+    expect(await db.query('SELECT k FROM applied')).toEqual([]);
+    expect(await db.query('SELECT attempt, outcome FROM attempts WHERE event_id = $1', [event.id])).toEqual([{ attempt: 1, outcome: 'failed' }]);
+    // The unit is still this claim's: the drain settles it (a retry), as after any failed attempt.
+    expect(await db.query('SELECT status, lease_owner FROM units WHERE id = $1', [event.unitId])).toEqual([{ status: 'processing', lease_owner: 'test#1' }]);
+  });
+
   it('a statement longer than the pool statement timeout (1 s) but within timeoutSeconds completes', async () => {
     const { outcome } = await run('SELECT pg_sleep(1.5)', 5000);
     expect(outcome).toMatchObject({ action: 'ok' });

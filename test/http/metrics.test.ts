@@ -1,6 +1,7 @@
 import { mkdirSync, writeFileSync, chmodSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { planStored } from '../../src/drain/loop.js';
 import { processUnit } from '../../src/drain/process.js';
 import { SqliteStore } from '../../src/store/sqlite/index.js';
 import { clock, drainDue, harness, inspect, lines, newEvent, type Harness } from '../drain/helpers.js';
@@ -8,7 +9,7 @@ import { Secret } from '../../src/config/secret.js';
 import { bearerMatches, metricsRoute, ReceiverMetrics } from '../../src/http/metrics.js';
 import { hmac } from '../../src/providers/util.js';
 import { queueSnapshot } from '../../src/server.js';
-import { claimOne, makeConfig, post, startApp, startServe, tempDir, writeConfig, type RunningApp } from '../helpers.js';
+import { makeConfig, post, startApp, startServe, tempDir, writeConfig, type RunningApp } from '../helpers.js';
 
 const SECRET = 'metrics-shop-secret';
 const sign = (body: string) => `sha256=${hmac('sha256', SECRET, body).toString('hex')}`;
@@ -217,11 +218,14 @@ describe('lost, interrupted, busy and stale, as the drain reports them (real SQL
     };
     const db = inspect(config.database);
     try {
-      // busy: drain A runs key o1 for event 1; drain B claims event 2 with the same key.
+      // busy: drain A runs key o1 for event 1; drain B claims event 2 with the same key. One
+      // lane runs one unit at a time, so B can take event 2 only in another lane: as after a
+      // reload that moved the route to a new lane while event 1 ran (its pending unit moves).
       await send('d1', { type: 'hold', order: 'o1' });
       await send('d2', { type: 'hold', order: 'o1' });
       const first = drainDue(ha, 'A');
       await running('o1');
+      db.db.prepare(`UPDATE units SET lane = 'hold-moved' WHERE event_id = 2 AND status = 'pending'`).run();
       expect(await drainDue(hb, 'B')).toMatchObject([{ eventId: 2, status: 'retry' }]);
       writeFileSync(release, '');
       expect((await first).map((o) => o.status)).toEqual(['done']);
@@ -231,16 +235,21 @@ describe('lost, interrupted, busy and stale, as the drain reports them (real SQL
       await send('d3', { type: 'hold', order: 'o3' });
       const third = drainDue(ha, 'A');
       await running('o3');
-      db.db.prepare(`UPDATE events SET lease_owner = 'another-drain' WHERE delivery_id = 'd3'`).run();
+      // A lease is a unit's.
+      db.db.prepare(`UPDATE units SET lease_owner = 'another-drain' WHERE event_id = (SELECT id FROM events WHERE delivery_id = 'd3')`).run();
       writeFileSync(release, '');
       expect((await third).map((o) => o.status)).toEqual(['lost']);
       rmSync(release);
 
       // interrupted: the receiver stops (its abort signal) while event 4's effect runs.
+      // The other drain settles event 3, freeing the lane; event 2 (in the moved lane) waits.
+      db.db.prepare(`UPDATE units SET status = 'done', lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = 'another-drain'`).run();
       await send('d4', { type: 'hold', order: 'o4' });
-      const claim = (await claimOne(a, 'A#stop', c.now(), ha.ctx.leaseMs))!;
+      await planStored(a, config.routes, c.now());
+      const [claim] = await a.claimUnits('A#stop', c.now(), ha.ctx.leaseMs, { busyLanes: ['hold-moved'], lanes: 1, perLane: 1 });
+      expect(claim).toMatchObject({ deliveryId: 'd4', route: 'hold' });
       const stop = new AbortController();
-      const fourth = processUnit(ha.ctx, claim, stop.signal);
+      const fourth = processUnit(ha.ctx, claim!, stop.signal);
       await running('o4');
       stop.abort();
       expect((await fourth).status).toBe('interrupted');

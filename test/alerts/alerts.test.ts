@@ -1,10 +1,10 @@
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { startReceiver, type Receiver } from '../../src/server.js';
-import { makeConfig, post, tempDir } from '../helpers.js';
-import { backends, Catcher, execDestination, openDatabase, until, type OpenDatabase } from './harness.js';
+import { describe, expect, it } from 'vitest';
+import { startReceiver } from '../../src/server.js';
+import { makeConfig, post } from '../helpers.js';
+import { alertsFile, backends, Catcher, execDestination, flaky, openDatabase, shop, until } from './harness.js';
 
 /**
  * Alerts end to end: a receiver started in this process, a real HTTP catcher and a real
@@ -12,35 +12,8 @@ import { backends, Catcher, execDestination, openDatabase, until, type OpenDatab
  * until a flag file exists; checks run every 50 ms; waiting sends are made due in SQL.
  */
 
-const shop = { provider: 'none', deliveryId: '{body.id}', eventType: '{body.type}' };
 const quiet = pino({ level: 'silent' });
-
-const tmp = tempDir('receiver-alerts-');
-afterAll(tmp.cleanup);
-
-const running: { receiver?: Receiver; db?: OpenDatabase; catcher?: Catcher }[] = [];
-afterEach(async () => {
-  for (const r of running.splice(0)) {
-    await r.receiver?.stop(1000).catch(() => {});
-    await r.catcher?.close();
-    await r.db?.close();
-  }
-});
-
-let n = 0;
-function freshDir(): string {
-  const dir = join(tmp.dir, `t${++n}`);
-  mkdirSync(dir);
-  return dir;
-}
-
-/** A route that fails until `flag` exists. */
-const flaky = (name: string, flag: string) => ({
-  name,
-  source: 'shop',
-  key: '{body.id}',
-  effect: { exec: ['/bin/sh', '-c', `test -f ${flag}`], timeoutSeconds: 5 },
-});
+const { started: running, freshDir } = alertsFile('receiver-alerts-');
 
 async function setup(backend: 'sqlite' | 'postgres', alerts: Record<string, unknown>, extra: Record<string, unknown> = {}) {
   const dir = freshDir();

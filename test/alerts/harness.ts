@@ -1,9 +1,55 @@
 import Database from 'better-sqlite3';
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import { afterAll, afterEach } from 'vitest';
+import type { Receiver } from '../../src/server.js';
+import { tempDir } from '../helpers.js';
 import { createTestDatabase, postgresAvailable } from '../postgres-helpers.js';
+
+/** The sender every alerts test delivers as: no signature, id and type from the body. */
+export const shop = { provider: 'none', deliveryId: '{body.id}', eventType: '{body.type}' };
+
+/** A route that fails until `flag` exists. */
+export const flaky = (name: string, flag: string) => ({
+  name,
+  source: 'shop',
+  key: '{body.id}',
+  effect: { exec: ['/bin/sh', '-c', `test -f ${flag}`], timeoutSeconds: 5 },
+});
+
+/** What one test started; stopped after it. */
+export interface Started {
+  receiver?: Receiver;
+  db?: OpenDatabase;
+  catcher?: Catcher;
+}
+
+/**
+ * A test file's temp directory and its clean-up: `started` is stopped after each test (the
+ * receiver first, then its catcher and database), the directory removed after the file;
+ * `freshDir()` is a new directory in it for one test.
+ */
+export function alertsFile(prefix: string): { started: Started[]; freshDir: () => string } {
+  const tmp = tempDir(prefix);
+  afterAll(tmp.cleanup);
+  const started: Started[] = [];
+  afterEach(async () => {
+    for (const r of started.splice(0)) {
+      await r.receiver?.stop(1000).catch(() => {});
+      await r.catcher?.close();
+      await r.db?.close();
+    }
+  });
+  let n = 0;
+  const freshDir = () => {
+    const dir = join(tmp.dir, `t${++n}`);
+    mkdirSync(dir);
+    return dir;
+  };
+  return { started, freshDir };
+}
 
 /** One request an alert destination got. */
 export interface Caught {

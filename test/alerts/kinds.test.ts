@@ -1,14 +1,13 @@
 import Database from 'better-sqlite3';
-import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
 import { pino } from 'pino';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { startReceiver, type Receiver } from '../../src/server.js';
-import { makeConfig, post, runInProcess, tempDir, writeConfig } from '../helpers.js';
+import { describe, expect, it } from 'vitest';
+import { startReceiver } from '../../src/server.js';
+import { makeConfig, post, runInProcess, writeConfig } from '../helpers.js';
 import { STRIPE_WHSEC } from '../catchup/fakes.js';
 import { login, TOKEN } from '../admin/helpers.js';
-import { backends, Catcher, execDestination, openDatabase, until, type OpenDatabase } from './harness.js';
+import { alertsFile, backends, Catcher, execDestination, openDatabase, shop, until } from './harness.js';
 
 /**
  * The stuck, catch-up and ingest alerts, each firing once and resolving once, on both
@@ -16,24 +15,11 @@ import { backends, Catcher, execDestination, openDatabase, until, type OpenDatab
  * the tests move on instead of sleeping.
  */
 
-const shop = { provider: 'none', deliveryId: '{body.id}', eventType: '{body.type}' };
 const quiet = pino({ level: process.env.ALERTS_DEBUG === '1' ? 'debug' : 'silent' });
-const tmp = tempDir('receiver-alerts-kinds-');
-afterAll(tmp.cleanup);
+const { started: running, freshDir } = alertsFile('receiver-alerts-kinds-');
 
-const running: { receiver?: Receiver; db?: OpenDatabase; catcher?: Catcher }[] = [];
-afterEach(async () => {
-  for (const r of running.splice(0)) {
-    await r.receiver?.stop(1000).catch(() => {});
-    await r.catcher?.close();
-    await r.db?.close();
-  }
-});
-
-let n = 0;
 async function setup(backend: 'sqlite' | 'postgres', extra: Record<string, unknown>, on: string[]) {
-  const dir = join(tmp.dir, `t${++n}`);
-  mkdirSync(dir);
+  const dir = freshDir();
   const db = await openDatabase(backend, dir);
   const catcher = await new Catcher().start();
   const clock = { offset: 0 };
@@ -161,8 +147,7 @@ for (const backend of await backends()) {
 
 describe('receiver alerts test', () => {
   it('exits 0 only when every destination took the test alert, and --to picks one', async () => {
-    const dir = join(tmp.dir, 'cli');
-    mkdirSync(dir);
+    const dir = freshDir();
     const good = await new Catcher().start();
     const bad = await new Catcher().start();
     bad.answer = () => 500;

@@ -1,27 +1,23 @@
-import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { startReceiver } from '../../src/server.js';
-import { makeConfig, post, startServe, tempDir, writeConfig } from '../helpers.js';
+import { makeConfig, post, startServe, writeConfig } from '../helpers.js';
 import { postgresAvailable } from '../postgres-helpers.js';
-import { Catcher, openDatabase, until } from './harness.js';
+import { alertsFile, Catcher, flaky, openDatabase, shop, until } from './harness.js';
 
 /**
  * Each alert goes out once: across a kill -9 in the middle of a send (at most once more),
  * restarts, and two receivers on one PostgreSQL database.
  */
 
-const shop = { provider: 'none', deliveryId: '{body.id}', eventType: '{body.type}' };
 const quiet = pino({ level: 'silent' });
-const tmp = tempDir('receiver-alerts-once-');
-afterAll(tmp.cleanup);
+const { freshDir } = alertsFile('receiver-alerts-once-');
 const pgOk = await postgresAvailable();
 
 describe('alerts go out once', () => {
   it('a kill -9 while an alert is being sent repeats it at most once, and a restart repeats nothing sent', async () => {
-    const dir = join(tmp.dir, 'kill');
-    mkdirSync(dir);
+    const dir = freshDir();
     const catcher = await new Catcher().start();
     // The first try hangs: serve is killed in the middle of it.
     catcher.answer = (_c, n) => (n === 1 ? 'hang' : 200);
@@ -71,8 +67,7 @@ describe('alerts go out once', () => {
   it.skipIf(!pgOk)(
     'two receivers on one PostgreSQL database send each alert once',
     async () => {
-      const dir = join(tmp.dir, 'two');
-      mkdirSync(dir);
+      const dir = freshDir();
       const catcher = await new Catcher().start();
       const db = await openDatabase('postgres', dir);
       const flag = join(dir, 'fixed');
@@ -82,7 +77,7 @@ describe('alerts go out once', () => {
           port: 0,
           log: { level: 'silent' },
           sources: { shop },
-          routes: [{ name: 'crm', source: 'shop', key: '{body.id}', effect: { exec: ['/bin/sh', '-c', `test -f ${flag}`], timeoutSeconds: 5 } }],
+          routes: [flaky('crm', flag)],
           retry: { maxAttempts: 2, baseSeconds: 0.01, maxSeconds: 0.02 },
           drain: { pollMs: 20 },
           alerts: { failingAfter: 3, checkSeconds: 0.03, destinations: [{ name: 'chat', http: { url: catcher.url } }] },

@@ -18,6 +18,7 @@ const LONGEST = [
   'test/cli/reload.test.ts',
   'test/admin/browser.test.ts',
   'test/reliability/crash.test.ts',
+  'test/reliability/power-cut.test.ts',
   'test/store/postgres-faults.test.ts',
   'test/contrib/one-file-install.test.ts',
   'test/binary/executable.test.ts',

@@ -1,13 +1,15 @@
 #!/usr/bin/env node
 /**
  * `npm test`'s static checks, on two cores at once: eslint (the longest, with types) beside
- * build, typecheck and prettier --check, which run one after the other. Each group's output
+ * typecheck and prettier --check, which run one after the other. The build is not among
+ * them: `npm ci` builds (prepare), and the suite's global setup builds again when src/ is
+ * newer than dist/; typecheck reports what would fail it. Each group's output
  * is printed whole when it ends (not interleaved); the exit status is 1 if any check failed.
  * The suite (vitest) runs after this, when every check passed.
  */
 import { spawn } from 'node:child_process';
 
-const groups = [['lint'], ['build', 'typecheck', 'format:check']];
+const groups = [['lint'], ['typecheck', 'format:check']];
 
 /** Runs `npm run <script>`, collecting its output; resolves with its exit code and output. */
 function run(script) {

@@ -274,7 +274,7 @@ export function startServe(
     cwd?: string;
     /** a command that execs serve, e.g. setpriv as another user */
     wrap?: string[];
-    /** bin/receiver.js elsewhere (receiverForNobody's) */
+    /** bin/receiver.js elsewhere (receiverForNobody's), or the single executable's copy elsewhere */
     bin?: string;
     /** false: no `--port 0`, the configuration's port is used */
     portFlag?: boolean;
@@ -283,7 +283,8 @@ export function startServe(
   return new Promise((resolve, reject) => {
     const run = receiverCommand(['serve', '-c', configFile, ...(options.portFlag === false ? [] : ['--port', '0']), ...(options.args ?? [])], options);
     const runArgs = options.bin === undefined ? run.args : run.args.map((a) => (a === BIN ? options.bin! : a));
-    const [file, ...args] = [...(options.wrap ?? []), run.file, ...runArgs] as [string, ...string[]];
+    const runFile = options.bin !== undefined && run.file === BINARY ? options.bin : run.file;
+    const [file, ...args] = [...(options.wrap ?? []), runFile, ...runArgs] as [string, ...string[]];
     const child = spawn(file, args, { cwd: run.cwd, env: run.env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';

@@ -197,6 +197,26 @@ describe('admin HTTP', () => {
     expect(await (await api('/replay-dead', { method: 'POST', headers: bearer })).json()).toEqual({ replayed: [], refused: [] });
   });
 
+  it('a replay waits for a write lock another process holds, up to busyTimeoutMs, instead of failing at once', async () => {
+    // Another writer (a purge, the drain's module effect) holds the lock for 300 ms; the
+    // default busyTimeoutMs is 5000.
+    const other = new Database(join(tmp.dir, 'receiver.db'));
+    other.exec('BEGIN IMMEDIATE');
+    const released = new Promise<void>((r) =>
+      setTimeout(() => {
+        other.exec('COMMIT');
+        other.close();
+        r();
+      }, 300),
+    );
+    const started = Date.now();
+    const res = await api(`/events/${ids.done}/replay`, { method: 'POST', headers: { ...bearer, 'content-type': 'application/json' }, body: '{"force":true}' });
+    await released;
+    expect(res.status).toBe(200);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(250);
+    expect(((await res.json()) as { replayed: unknown[] }).replayed).toHaveLength(1);
+  });
+
   it('sets the security headers on pages and API answers', async () => {
     for (const res of [await fetch(`${app.url}/admin/login`), await api('/stats', { headers: bearer }), await api('/stats')]) {
       const csp = res.headers.get('content-security-policy') ?? '';

@@ -2,10 +2,26 @@ import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  copyFileSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { github } from '../../src/providers/github.js';
 import { openSqlite } from '../../src/store/sqlite/open.js';
 import { BINARY, binarySandbox, makeConfig, runCli, startServe, tempDir, waitFor, writeConfig } from '../helpers.js';
 import { createTestDatabase, postgresAvailable } from '../postgres-helpers.js';
@@ -303,6 +319,62 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
     expect(backup.code).toBe(0);
     expect(existsSync(copy)).toBe(true);
   }, 90_000);
+
+  it('started as root with "user": SIGHUP reloads a root-only environment file through the privileged reader', async (ctx) => {
+    if (process.getuid?.() !== 0) ctx.skip('serve drops to "user" only when started as root; this run is not root');
+    const nobody = {
+      uid: Number(spawnSync('id', ['-u', 'nobody'], { encoding: 'utf8' }).stdout),
+      gid: Number(spawnSync('id', ['-g', 'nobody'], { encoding: 'utf8' }).stdout),
+    };
+    // Where nobody can reach the executable: a copy in a directory every user can enter.
+    const dir = mkdtempSync(join(tmpdir(), 'receiver-binary-reader-'));
+    try {
+      chmodSync(dir, 0o755);
+      const bin = join(dir, 'receiver');
+      copyFileSync(BINARY!, bin);
+      chmodSync(bin, 0o755);
+      const data = join(dir, 'data');
+      mkdirSync(data);
+      chownSync(data, nobody.uid, nobody.gid);
+      // serve loads the SQLite addon as nobody: from a directory that user alone writes.
+      const native = join(dir, 'native');
+      mkdirSync(native, { mode: 0o700 });
+      chownSync(native, nobody.uid, nobody.gid);
+      // Root's alone: the configuration and the environment file.
+      const envFile = join(dir, 'env');
+      writeFileSync(envFile, 'GH_SECRET=binary-env-one-0000\n', { mode: 0o600 });
+      const file = writeConfig(dir, { user: 'nobody', database: join(data, 'receiver.db'), sources: { gh: { provider: 'github', secret: 'env:GH_SECRET' } } });
+      chmodSync(file, 0o600);
+      const serve = await startServe(file, { bin, args: ['--env-file', envFile], cwd: data, env: { RECEIVER_NATIVE_DIR: native } });
+      const deliver = async (secret: string) => {
+        const body = JSON.stringify({ ref: 'refs/heads/main', at: Date.now() });
+        const signed = github.sign(Buffer.from(body), secret, Date.now(), undefined as never, serve.url);
+        return (await fetch(`${serve.url}/webhooks/gh`, { method: 'POST', headers: { 'content-type': 'application/json', ...signed.headers }, body })).status;
+      };
+      try {
+        expect(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${serve.child.pid}/status`, 'utf8'))?.[1]).toBe(String(nobody.uid));
+        expect(await deliver('binary-env-one-0000')).toBe(202);
+        writeFileSync(envFile, 'GH_SECRET=binary-env-two-0000\n');
+        serve.child.kill('SIGHUP');
+        const reloaded = await waitFor(
+          () =>
+            serve
+              .output()
+              .stderr.split('\n')
+              .find((l) => l.includes('"msg":"config reload')),
+          'the reload outcome line',
+          20_000,
+        );
+        expect(JSON.parse(reloaded)).toMatchObject({ msg: 'config reloaded', secretsRotated: ['sources.gh.secrets.0'] });
+        expect(await deliver('binary-env-one-0000')).toBe(401);
+        expect(await deliver('binary-env-two-0000')).toBe(202);
+      } finally {
+        expect(await serve.stop()).toBe(0);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 
   it('writes the addon once per content hash, 0500 in a 0700 directory, and does not rewrite it', async () => {
     const s = setup();

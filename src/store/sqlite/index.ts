@@ -73,7 +73,9 @@ export class SqliteStore extends StoreBase implements Store {
     this.#options = options;
     this.db = openSqlite(path, { busyTimeoutMs: options.blockingBusyMs ?? options.busyTimeoutMs });
     this.#ingest = ingestStatements(this.db);
-    this.sharedOps = ops.sharedOpsOn(this.db);
+    // Replays, purges and the rest from serve's own process (the admin pages) wait for the
+    // write lock like deliveries do, asynchronously: this connection's own wait is a few ms.
+    this.sharedOps = ops.sharedOpsOn(this.db, options.busyTimeoutMs);
     this.catchUp = catchUpOn(this.db, options.busyTimeoutMs);
     this.alerts = alertsOn(dialect, ops.stepRunner(this.db, options.busyTimeoutMs));
     this.ingestWaiting = options.ingestWaiting ?? (options.ingestThread === true ? new SharedArrayBuffer(4) : undefined);

@@ -38,9 +38,9 @@ export function stepRunner(db: Db, writeWaitMs?: number): StepRunner {
   };
 }
 
-/** The operations both stores share (../ops-steps.ts), on this connection. */
-export function sharedOpsOn(db: Db): SharedOps {
-  return sharedOps(dialect, stepRunner(db));
+/** The operations both stores share (../ops-steps.ts), on this connection; writes wait for the lock as stepRunner says. */
+export function sharedOpsOn(db: Db, writeWaitMs?: number): SharedOps {
+  return sharedOps(dialect, stepRunner(db, writeWaitMs));
 }
 
 export function purgeBatch(db: Db, receivedBefore: number, limit: number): Promise<PurgeBatchResult> {

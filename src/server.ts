@@ -329,10 +329,10 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
     }
     if (running.config.alerts !== undefined || next.alerts !== undefined) {
       // Their state is in the store: the new ones start once these stopped (a send in
-      // flight is left to its lease), so two checks never overlap.
+      // flight finishes first, so it is recorded once), so two checks never overlap.
       const old = alerts;
       alerts = undefined;
-      void (old?.stop() ?? Promise.resolve()).then(() => {
+      void (old?.stop({ finishSends: true }) ?? Promise.resolve()).then(() => {
         if (!stopping) alerts = alertsFor(next, env);
       });
     }

@@ -22,8 +22,12 @@ export interface AlertsOptions {
 export interface Alerts {
   /** Every answer to a delivery: refusals (503) in a row make an `ingest` alert. */
   observeDelivery(o: Pick<DeliveryOutcome, 'outcome' | 'error'>): void;
-  /** Stops the timer, abandons a send in flight (left to its lease) and waits for the check to end. */
-  stop(): Promise<void>;
+  /**
+   * Stops the timer and waits for the check in flight to end. A shutdown abandons its send
+   * (left to its lease: sent again later, perhaps twice); a reload (`finishSends`) lets it
+   * finish, within the destination's own time bound, so that it is recorded once.
+   */
+  stop(options?: { finishSends?: boolean }): Promise<void>;
 }
 
 /** Outcomes that show the database took (or had) the delivery. */
@@ -111,10 +115,10 @@ export function startAlerts({ config, store, logger, now = Date.now, env, onSend
         ingest.lastAcceptedAt = now();
       }
     },
-    async stop() {
+    async stop(options = {}) {
       stopped = true;
       clearTimeout(timer);
-      abort.abort();
+      if (options.finishSends !== true) abort.abort();
       await running;
     },
   };

@@ -51,7 +51,7 @@ async function setup(backend: 'sqlite' | 'postgres', alerts: Record<string, unkn
     expect(r.status).toBe(202);
     return (JSON.parse(r.text) as { id: number }).id;
   };
-  return { dir, db, catcher, exec, flag, receiver, deliver };
+  return { dir, db, catcher, exec, flag, receiver, deliver, config };
 }
 
 const pick = (a: Record<string, unknown>) => `${String(a.kind)} ${String(a.status)} ${String(a.route ?? a.source ?? '')}`;
@@ -109,6 +109,26 @@ for (const backend of await backends()) {
         { alert_key: `dead:${id}:crm`, status: 'resolved' },
         { alert_key: 'failing:crm', status: 'resolved' },
       ]);
+    });
+
+    it('a reload while an alert is being sent lets that send finish: it is recorded sent, and sent once', async () => {
+      const t = await setup(backend, {});
+      // The first alert's answer takes 800 ms; the reload comes in the middle of it.
+      t.catcher.answer = (_c, n) => (n === 1 ? new Promise((r) => setTimeout(() => r(200), 800)) : 200);
+      await t.deliver('ord_r');
+      await until(() => t.catcher.caught.length >= 1, 'the first send');
+      t.receiver.reload(t.config);
+      await until(
+        async () => {
+          const rows = await t.db.sql(`SELECT status FROM alert_sends ORDER BY id`);
+          return rows.length >= 2 && rows.every((r) => r.status === 'sent');
+        },
+        'every send recorded as sent',
+        5000,
+      );
+      await new Promise((r) => setTimeout(r, 300));
+      const seen = t.catcher.alerts().map(pick);
+      expect(seen).toEqual([...new Set(seen)]);
     });
 
     it('a destination that is down gets each alert once when it is back', async () => {

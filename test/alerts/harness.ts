@@ -60,11 +60,11 @@ export interface Caught {
 
 /**
  * A real HTTP server on port 0 standing in for a chat's webhook: it records every request
- * and answers what `answer` says (a status, or `hang` to never answer).
+ * and answers what `answer` says (a status, later when it is a promise, or `hang` to never answer).
  */
 export class Catcher {
   readonly caught: Caught[] = [];
-  answer: (c: Caught, n: number) => number | 'hang' = () => 200;
+  answer: (c: Caught, n: number) => number | 'hang' | Promise<number> = () => 200;
   readonly #server: Server;
   readonly #hanging = new Set<ServerResponse>();
   url = '';
@@ -85,7 +85,8 @@ export class Catcher {
         this.caught.push(c);
         const a = this.answer(c, this.caught.length);
         if (a === 'hang') this.#hanging.add(res);
-        else res.writeHead(a).end('ok');
+        else if (typeof a === 'number') res.writeHead(a).end('ok');
+        else void a.then((status) => res.writeHead(status).end('ok'));
       });
     });
   }

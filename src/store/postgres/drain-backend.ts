@@ -5,6 +5,16 @@ import { postgresError } from './errors.js';
 import { connectionLost } from './open.js';
 import { dialect, runAlone, runSteps } from './steps.js';
 
+/** How long a module effect that gave up waits for its cancelled statement before its connection is closed. */
+const GIVE_UP_MS = 1000;
+
+/** Whether `p` settled within `ms` (it is not stopped when it did not). */
+function within(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  return Promise.race([p.then(() => true), late]).finally(() => clearTimeout(timer));
+}
+
 /**
  * The drain's PostgreSQL. Several receivers drain one database together, each process
  * serial. What PostgreSQL differs in (besides its dialect: claims skip rows another
@@ -64,6 +74,8 @@ export class PostgresDrainBackend implements DrainBackend {
     }
     let running = 0;
     let chain: Promise<unknown> = Promise.resolve();
+    /** Set when the connection was closed under a statement the server would not end. */
+    let closed: string | undefined;
     const statement = async (sql: string, params: readonly unknown[]): Promise<StmtResult> => {
       running += 1;
       try {
@@ -95,19 +107,34 @@ export class PostgresDrainBackend implements DrainBackend {
       handlerDone: async (gaveUp) => {
         // A handler that gave up (its timeoutSeconds, a shutdown) is rolled back anyway: a
         // statement of its still running is cancelled rather than waited for (up to the lease).
-        if (gaveUp && running > 0) await c.cancel(what, client).catch(() => undefined);
+        // Where the server does not answer at all (a network partition), neither the cancel
+        // nor the statement ends: after GIVE_UP_MS the connection is closed instead, which
+        // ends the transaction on the server, and the drain goes on.
+        if (gaveUp && running > 0) {
+          const settled = chain.then(() => true);
+          await within(
+            c.cancel(what, client).catch(() => undefined),
+            GIVE_UP_MS,
+          );
+          if (!(await within(settled, GIVE_UP_MS))) {
+            closed = `the database did not answer within ${GIVE_UP_MS} ms after the effect gave up; its connection was closed`;
+            client.release(new Error(closed));
+          }
+        }
         await chain;
       },
       commit: async () => {
         await commit(client, what);
         client.release();
       },
-      rollback: () => rollbackAndRelease(client),
+      rollback: async () => {
+        if (closed === undefined) await rollbackAndRelease(client);
+      },
       fail: async (e) => {
-        await rollbackAndRelease(client);
+        if (closed === undefined) await rollbackAndRelease(client);
         return postgresError(e, what);
       },
-      connectionLost: () => connectionLost(client),
+      connectionLost: () => closed ?? connectionLost(client),
     };
   }
 }

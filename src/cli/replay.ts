@@ -13,6 +13,7 @@ interface ReplayOptions extends CommonOptions {
   source?: string;
   delivery?: string;
   dead?: boolean;
+  route?: string;
   force?: boolean;
   json?: boolean;
 }
@@ -23,6 +24,7 @@ export function registerReplay(program: Command, io: CliIo): void {
     .option('--source <source>', 'with --delivery: the event with this source and delivery id')
     .option('--delivery <delivery-id>', "with --source: the delivery id as the sender shows it (GitHub's GUID alone too)")
     .option('--dead', 'replay every dead event')
+    .option('--route <name>', 'only this route of the event (its other routes stay as they are; e.g. re-send a licence without a deploy)')
     .option('--force', 're-run effects whose key is already done (e.g. re-send a licence email); recorded as forced')
     .option('--json', 'print one JSON document')
     .addHelpText('after', '\nA replayed event starts a fresh retry count (maxAttempts applies again); its earlier attempts stay in `events show`.\n')
@@ -39,7 +41,14 @@ function targetOf(ids: string[], options: ReplayOptions): Target {
       hint: 'receiver replay 42   |   receiver replay --source stripe --delivery evt_123   |   receiver replay --dead',
     });
   }
-  if (options.dead === true) return { dead: true };
+  if (options.dead === true) {
+    if (options.route !== undefined) {
+      throw new ReceiverError('usage', '--route replays one route of the events named, not of every dead event', {
+        hint: 'receiver replay 42 --route licence   |   receiver replay --dead',
+      });
+    }
+    return { dead: true };
+  }
   if (bySource) {
     if (options.source === undefined || options.delivery === undefined) {
       const missing = options.source === undefined ? '--source' : '--delivery';
@@ -84,6 +93,10 @@ function explain(r: ReplayRefusal): string {
       return `event ${r.eventId} is being processed right now (lease held by ${r.leaseOwner ?? 'unknown'} until ${r.leaseExpiresAt == null ? 'unknown' : new Date(r.leaseExpiresAt).toISOString()})`;
     case 'body_dropped':
       return `event ${r.eventId} has no body any more (dropped by purge --bodies-days), so its effects cannot run again`;
+    case 'no_route': {
+      const has = (r.routes ?? []).map((n) => `"${printable(n)}"`).join(', ');
+      return `event ${r.eventId} has no route "${printable(r.route ?? '')}" (${has === '' ? 'it has no route of its own: it was done before work per route existed, or no route applied; replay it whole' : `its routes: ${has}`})`;
+    }
   }
 }
 
@@ -91,6 +104,7 @@ export async function replay(ids: string[], options: ReplayOptions, io: CliIo): 
   const config = configFrom(options, io.env, { secrets: false });
   const target = targetOf(ids, options);
   const force = options.force === true;
+  const route = options.route;
   const store = await openStoreFor(config);
   let result: ReplayResult;
   try {
@@ -98,9 +112,9 @@ export async function replay(ids: string[], options: ReplayOptions, io: CliIo): 
     if ('dead' in target) {
       result = await store.replayDead({ force, now });
     } else if ('source' in target) {
-      result = await store.replayEvents([await eventOfDelivery(store, config, target.source, target.deliveryId)], { force, now });
+      result = await store.replayEvents([await eventOfDelivery(store, config, target.source, target.deliveryId)], { force, now, route });
     } else {
-      result = await store.replayEvents(target.ids, { force, now });
+      result = await store.replayEvents(target.ids, { force, now, route });
     }
   } finally {
     await store.close();
@@ -118,7 +132,10 @@ export async function replay(ids: string[], options: ReplayOptions, io: CliIo): 
     io.stdout.write('No dead events to replay.\n');
     return;
   }
-  const lines = result.replayed.map((e) => `  ${e.eventId}  ${printable(e.source)}/${printable(e.deliveryId)} (was ${e.previousStatus})`);
+  const lines = result.replayed.map(
+    (e) =>
+      `  ${e.eventId}  ${printable(e.source)}/${printable(e.deliveryId)} (was ${e.previousStatus})${e.route === undefined ? '' : `, route ${printable(e.route)} only`}`,
+  );
   io.stdout.write(
     `Replayed ${result.replayed.length} event(s):\n${lines.join('\n')}\n` +
       'The running server drains them within about a second, with a fresh retry count. ' +

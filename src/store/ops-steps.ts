@@ -125,6 +125,18 @@ const statements = memo((d: Dialect) => {
         force_effects = CASE WHEN ${p()} = 1 THEN coalesce((SELECT max(a.id) FROM attempts a WHERE a.event_id = units.event_id), 0) + 1 ELSE force_effects END
         WHERE event_id IN (${d.idList(p())})`,
     ),
+    // One route of each event: its unit alone starts over (replay --route).
+    resetRoute: text(
+      (p) => `UPDATE units SET status = 'pending', next_attempt_at = ${p()}, attempts = 0, lease_owner = NULL, lease_expires_at = NULL,
+        finished_at = NULL, replays = replays + 1,
+        force_effects = CASE WHEN ${p()} = 1 THEN coalesce((SELECT max(a.id) FROM attempts a WHERE a.event_id = units.event_id), 0) + 1 ELSE force_effects END
+        WHERE event_id IN (${d.idList(p())}) AND route = ${p()}`,
+    ),
+    // The units of those events, locked like their events (replayRows) until COMMIT.
+    unitsOf: text(
+      (p) =>
+        `SELECT event_id, route, status, lease_owner, lease_expires_at FROM units WHERE event_id IN (${d.idList(p())}) ORDER BY event_id, route${d.lockRows}`,
+    ),
     reset: text(
       (p) => `UPDATE events SET status = 'pending', next_attempt_at = ${p()}, attempts = 0,
         lease_owner = NULL, lease_expires_at = NULL, finished_at = NULL,
@@ -287,20 +299,50 @@ function* applyReplay(d: Dialect, asked: readonly number[], found: readonly Repl
     const refusal = r === undefined ? ({ eventId: id, reason: 'not_found' } as const) : refusalOf(r, options.now);
     if (refusal !== undefined) refused.push(refusal);
   }
+  const route = options.route;
+  if (route !== undefined && refused.length === 0 && asked.length > 0) {
+    for (const refusal of yield* routeRefusals(d, asked, route, options.now)) refused.push(refusal);
+  }
   // All or nothing: the operator fixes the list and runs the same command again.
   if (refused.length > 0) return { replayed: [], refused };
   if (asked.length > 0) {
     const params = [options.now, options.force ? 1 : 0, d.ids(asked)];
-    yield* changes(statements(d).resetUnits, params);
+    if (route === undefined) yield* changes(statements(d).resetUnits, params);
+    else yield* changes(statements(d).resetRoute, [...params, route]);
     yield* changes(statements(d).reset, params);
   }
   return {
     replayed: asked.map((id) => {
       const r = byId.get(id)!;
-      return { eventId: r.id, source: r.source, deliveryId: r.delivery_id, previousStatus: r.status, force: options.force };
+      return {
+        eventId: r.id,
+        source: r.source,
+        deliveryId: r.delivery_id,
+        previousStatus: r.status,
+        force: options.force,
+        ...(route === undefined ? {} : { route }),
+      };
     }),
     refused,
   };
+}
+
+/** For a replay of one route: the events without that route (naming those they have), and those whose unit of it a drain holds now. */
+function* routeRefusals(d: Dialect, asked: readonly number[], route: string, now: number): Steps<ReplayRefusal[]> {
+  const units = yield* rows<{ event_id: number; route: string; status: string; lease_owner: string | null; lease_expires_at: number | null }>(
+    statements(d).unitsOf,
+    [d.ids(asked)],
+  );
+  const refused: ReplayRefusal[] = [];
+  for (const id of asked) {
+    const mine = units.filter((u) => u.event_id === id);
+    const unit = mine.find((u) => u.route === route);
+    if (unit === undefined) refused.push({ eventId: id, reason: 'no_route', route, routes: mine.map((u) => u.route) });
+    else if (unit.status === 'processing' && unit.lease_expires_at !== null && unit.lease_expires_at > now) {
+      refused.push({ eventId: id, reason: 'processing', leaseOwner: unit.lease_owner, leaseExpiresAt: unit.lease_expires_at });
+    }
+  }
+  return refused;
 }
 
 export function* replayEvents(d: Dialect, eventIds: readonly number[], options: ReplayOptions): Steps<ReplayResult> {

@@ -60,13 +60,18 @@ export interface DropBodiesBatchResult {
 export interface ReplayRefusal {
   eventId: number;
   /**
-   * not_found: no such event (never received, or purged). processing: its lease is still
-   * valid. body_dropped: tiered retention removed its body, so its effects cannot run again.
+   * not_found: no such event (never received, or purged). processing: its lease (or, with
+   * a route, that route's) is still valid. body_dropped: tiered retention removed its body,
+   * so its effects cannot run again. no_route: a replay of one route, which the event does
+   * not have (no such route applied to it, or it was done before work per route existed).
    */
-  reason: 'not_found' | 'processing' | 'body_dropped';
+  reason: 'not_found' | 'processing' | 'body_dropped' | 'no_route';
   /** For `processing`: who holds the lease, and until when (ms). */
   leaseOwner?: string | null;
   leaseExpiresAt?: number | null;
+  /** For `no_route`: the route asked for, and the routes the event has. */
+  route?: string;
+  routes?: string[];
 }
 
 /** One event put back to `pending`. */
@@ -78,6 +83,8 @@ export interface ReplayedEvent {
   previousStatus: EventStatus;
   /** True when the drain will re-run effects whose key is already done. */
   force: boolean;
+  /** The one route replayed; absent when every route of the event was. */
+  route?: string;
 }
 
 /**
@@ -94,6 +101,8 @@ export interface ReplayOptions {
   force: boolean;
   /** Becomes `next_attempt_at`, so the drain takes the event on its next poll. */
   now: number;
+  /** Only this route of each event (its unit); its other routes stay as they are. */
+  route?: string | undefined;
 }
 
 export interface ListEventsQuery {

@@ -1,7 +1,8 @@
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type Database from 'better-sqlite3';
-import { runCli, runInProcess, tempDir, writeConfig } from '../helpers.js';
+import { runCli, runInProcess, startServe, tempDir, waitFor, writeConfig } from '../helpers.js';
 import { DAY, insertAttempt, insertEvent, seedDb } from '../store/ops-seed.js';
 
 /** `receiver replay`, in-process (an unknown id also as a subprocess), judged by exit code, output and the rows it changed. */
@@ -165,5 +166,51 @@ describe('receiver replay', () => {
       expect(r.stderr).toMatch(/Error: .*(exactly one of|not an event id|--delivery is missing)/);
     }
     expect(row(ids.done).status).toBe('done');
+  });
+});
+
+/** `replay --route` against a running serve: the support ticket "re-send the licence, not the deploy". */
+describe('receiver replay --route', () => {
+  const tmp = tempDir();
+  afterAll(tmp.cleanup);
+
+  it('runs only that route again (forced: its key is done), the other route stays done; a route the event lacks is exit 1 naming its routes', async () => {
+    const append = (file: string) => ({ exec: ['/bin/sh', '-c', 'printf "%s\\n" "$RECEIVER_KEY" >> "$1"', 'sh', join(tmp.dir, file)] });
+    const file = writeConfig(tmp.dir, {
+      sources: { shop: { provider: 'none', deliveryId: '{body.id}' } },
+      routes: [
+        { name: 'licence', source: 'shop', key: '{body.order}', effect: append('licence.txt') },
+        { name: 'deploy', source: 'shop', key: '{body.order}', effect: append('deploy.txt') },
+      ],
+      drain: { pollMs: 50 },
+    });
+    const lines = (name: string) => (existsSync(join(tmp.dir, name)) ? readFileSync(join(tmp.dir, name), 'utf8').split('\n').filter(Boolean) : []);
+    const serve = await startServe(file);
+    try {
+      const res = await fetch(`${serve.url}/webhooks/shop`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{"id":"d1","order":"o1"}',
+      });
+      const { id } = (await res.json()) as { id: number };
+      await waitFor(() => (lines('licence.txt').length === 1 && lines('deploy.txt').length === 1 ? true : undefined), 'both effects', 10_000);
+
+      const none = await runCli(['replay', String(id), '--route', 'refund', '-c', file]);
+      expect(none.code).toBe(1);
+      expect(none.stderr).toContain(`event ${id} has no route "refund" (its routes: "deploy", "licence")`);
+      expect((await runInProcess(['replay', '--dead', '--route', 'licence', '-c', file])).code).toBe(2);
+
+      const r = await runCli(['replay', String(id), '--route', 'licence', '--force', '--json', '-c', file]);
+      expect(r.code).toBe(0);
+      expect(JSON.parse(r.stdout)).toMatchObject({ replayed: [{ id, route: 'licence', force: true, previousStatus: 'done' }], refused: [] });
+      await waitFor(() => (lines('licence.txt').length === 2 ? true : undefined), 'the licence again', 10_000);
+      await new Promise((w) => setTimeout(w, 300));
+      expect(lines('licence.txt')).toEqual(['o1', 'o1']);
+      expect(lines('deploy.txt')).toEqual(['o1']);
+      const shown = JSON.parse((await runInProcess(['events', 'show', String(id), '--json', '-c', file])).stdout) as { status: string };
+      expect(shown.status).toBe('done');
+    } finally {
+      await serve.stop();
+    }
   });
 });

@@ -367,6 +367,50 @@ describe.each(backends)('$name store contract', (backend) => {
       expect(await store.completeUnit(units[1]!.lease, T0)).toBe(true);
       expect(await store.getEvent(a.eventId)).toMatchObject({ status: 'dead', finishedAt: T0 });
     });
+    it('a replay of one route starts its unit over and leaves the others; a route the event lacks, or one a drain holds, is refused', async () => {
+      const a = await store.ingest(event('a'));
+      await store.planEvents(
+        [
+          {
+            eventId: a.eventId,
+            units: [
+              { route: 'deploy', lane: 'deploys' },
+              { route: 'licence', lane: 'licence' },
+            ],
+            decisions: 'deploy: applies\nlicence: applies',
+          },
+        ],
+        T0,
+      );
+      for (const u of await store.claimUnits('d', T0, LEASE, { busyLanes: [], lanes: 8, perLane: 8 })) expect(await store.completeUnit(u.lease, T0)).toBe(true);
+      expect((await store.getEvent(a.eventId))!.status).toBe('done');
+      const unitRows = () =>
+        o.rows<{ route: string; status: string; replays: number }>(`SELECT route, status, replays FROM units WHERE event_id = ${a.eventId} ORDER BY route`);
+
+      expect(await store.replayEvents([a.eventId], { force: false, now: T0 + SEC, route: 'refund' })).toEqual({
+        replayed: [],
+        refused: [{ eventId: a.eventId, reason: 'no_route', route: 'refund', routes: ['deploy', 'licence'] }],
+      });
+      expect((await store.getEvent(a.eventId))!.status).toBe('done');
+
+      const r = await store.replayEvents([a.eventId], { force: true, now: T0 + SEC, route: 'licence' });
+      expect(r).toEqual({
+        replayed: [{ eventId: a.eventId, source: 'shop', deliveryId: 'a', previousStatus: 'done', force: true, route: 'licence' }],
+        refused: [],
+      });
+      expect(await unitRows()).toEqual([
+        { route: 'deploy', status: 'done', replays: 0 },
+        { route: 'licence', status: 'pending', replays: 1 },
+      ]);
+      expect((await store.getEvent(a.eventId))!.status).toBe('pending');
+      const again = await store.claimUnits('d2', T0 + SEC, LEASE, { busyLanes: [], lanes: 8, perLane: 8 });
+      expect(again.map((u) => u.route)).toEqual(['licence']);
+      expect((await store.replayEvents([a.eventId], { force: false, now: T0 + SEC, route: 'licence' })).refused).toMatchObject([
+        { eventId: a.eventId, reason: 'processing' },
+      ]);
+      expect(await store.completeUnit(again[0]!.lease, T0 + SEC)).toBe(true);
+      expect((await store.getEvent(a.eventId))!.status).toBe('done');
+    });
   });
 
   describe('drain: claims and leases', () => {

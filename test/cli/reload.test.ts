@@ -190,6 +190,8 @@ describe('serve: SIGHUP reload', () => {
 
       // The removed route: the effect running at the reload finished, under the old
       // configuration; none started after it; no event was deleted; events show says so.
+      // (Routes a and b run in lanes of their own: the checks above may end before it does.)
+      await waitFor(() => (lines(join(dir, 'slow.log')).length > 0 ? true : undefined), 'the running slow effect to finish', 10_000);
       expect(lines(join(dir, 'slow.log'))).toEqual([running]);
       expect(lines(join(dir, 'slow.started'))).toEqual([running]);
       expect(db.prepare("SELECT count(*) AS c FROM events WHERE source = 'gh2'").get()).toEqual({ c: 3 });

@@ -111,12 +111,11 @@ export class PostgresDrainBackend implements DrainBackend {
         // nor the statement ends: after GIVE_UP_MS the connection is closed instead, which
         // ends the transaction on the server, and the drain goes on.
         if (gaveUp && running > 0) {
-          const settled = chain.then(() => true);
           await within(
             c.cancel(what, client).catch(() => undefined),
             GIVE_UP_MS,
           );
-          if (!(await within(settled, GIVE_UP_MS))) {
+          if (!(await within(chain, GIVE_UP_MS))) {
             closed = `the database did not answer within ${GIVE_UP_MS} ms after the effect gave up; its connection was closed`;
             client.release(new Error(closed));
           }

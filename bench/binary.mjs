@@ -10,12 +10,13 @@
 import autocannon from 'autocannon';
 import { spawn } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
+import { cpuMs, rssMb, stop } from './proc.mjs';
 
 /* global fetch */
 
@@ -62,18 +63,6 @@ function freePort() {
   });
 }
 
-function rssMb(pid, field = 'VmRSS') {
-  const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) / 1024 : NaN;
-}
-
-/** CPU time the process has used (all threads, user + system), ms: its cost per request on a shared machine. */
-function cpuMs(pid) {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(f[11]) + Number(f[12])) * 10;
-}
-
 /** Spawns serve on a known port and resolves at its first /healthz 200, with the time it took. */
 async function start(route, file) {
   const port = await freePort();
@@ -96,12 +85,6 @@ async function start(route, file) {
     }
     await new Promise((r) => setTimeout(r, 2));
   }
-}
-
-async function stop(child) {
-  const done = new Promise((r) => child.once('exit', r));
-  child.kill('SIGTERM');
-  await done;
 }
 
 const PAD = 'x'.repeat(1400);

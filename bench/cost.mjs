@@ -21,13 +21,13 @@
 // and the ratios the cost issue asks about: drain off against bare, drain on against off.
 import autocannon from 'autocannon';
 import Database from 'better-sqlite3';
-import { spawn, spawnSync } from 'node:child_process';
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
-import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
+import { cpuMs, rssMb, startLogged, stop } from './proc.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -42,7 +42,6 @@ for (const v of [...RATES, SECONDS]) if (!(v > 0)) throw new Error('--rates and 
 const ROOT = new URL('..', import.meta.url).pathname;
 const BINARY = join(ROOT, `dist/receiver-${process.platform}-${process.arch}`);
 const WITH_BINARY = !args['no-binary'] && existsSync(BINARY);
-const TICK_MS = 1000 / Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100);
 const SECRET = 'bench-cost-secret';
 const dir = mkdtempSync(join(tmpdir(), 'receiver-bench-cost-'));
 process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
@@ -68,40 +67,6 @@ function push() {
       'x-hub-signature-256': `sha256=${createHmac('sha256', SECRET).update(body).digest('hex')}`,
     },
   };
-}
-
-function cpuMs(pid) {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(f[11]) + Number(f[12])) * TICK_MS;
-}
-const rssMb = (pid) => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) / 1024;
-
-/** Starts a server with its stderr (logs, the port) in a file; resolves once it names its port. */
-function start(file, argv) {
-  const log = join(dir, `server-${randomBytes(3).toString('hex')}.log`);
-  const fd = openSync(log, 'w');
-  const child = spawn(file, argv, { cwd: dir, env: { ...process.env, BENCH_GITHUB_SECRET: SECRET }, stdio: ['ignore', 'ignore', fd] });
-  closeSync(fd);
-  return new Promise((resolve, reject) => {
-    const poll = setInterval(() => {
-      const m = /"port":(\d+)/.exec(readFileSync(log, 'utf8'));
-      if (m === null) return;
-      clearInterval(poll);
-      child.removeAllListeners('exit');
-      resolve({ child, port: Number(m[1]) });
-    }, 20);
-    child.on('exit', (code) => {
-      clearInterval(poll);
-      reject(new Error(`exited ${code}: ${readFileSync(log, 'utf8')}`));
-    });
-  });
-}
-
-async function stop(child) {
-  const done = new Promise((r) => child.once('exit', r));
-  child.kill('SIGTERM');
-  await done;
 }
 
 /** A receiver's configuration file: SQLite in its own file, GitHub as the source, the drain on or off. */
@@ -152,7 +117,7 @@ function offer(port, rate, seconds) {
 }
 
 async function measure(name, file, argv, rate, database) {
-  const { child, port } = await start(file, argv);
+  const { child, port } = await startLogged(file, argv, { cwd: dir, env: { BENCH_GITHUB_SECRET: SECRET }, logDir: dir });
   try {
     await offer(port, rate, 1);
     await untilDone(database);

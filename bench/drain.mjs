@@ -27,6 +27,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
+import { stop } from './proc.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -87,12 +88,6 @@ function startServe(configFile) {
       reject(new Error(`receiver serve exited ${code}: ${readFileSync(logFile, 'utf8')}`));
     });
   });
-}
-
-async function stop(child) {
-  const done = new Promise((r) => child.once('exit', r));
-  child.kill('SIGTERM');
-  await done;
 }
 
 function request(port, method, path, body, agent, timeoutS = 30) {

@@ -47,7 +47,7 @@ import autocannon from 'autocannon';
 import Database from 'better-sqlite3';
 import { spawn, spawnSync } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
-import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -55,6 +55,7 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
+import { rssMb, startLogged, stop } from './proc.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -111,46 +112,6 @@ export default async function (event) {
 );
 // prom-client's collectDefaultMetrics samples the event loop every 10 ms (eventLoopMonitoringPrecision).
 const ELD_RESOLUTION_MS = 10;
-
-/**
- * Starts a server with its stderr (logs, the port) in a file: a pipe to this process would
- * fill up whenever this process waits for a CPU, and block the server's log writes.
- */
-function startProcess(argv, env = {}) {
-  const logFile = join(dir, `server-${randomBytes(3).toString('hex')}.log`);
-  const fd = openSync(logFile, 'w');
-  const child = spawn(process.execPath, argv, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', fd] });
-  closeSync(fd);
-  return new Promise((resolve, reject) => {
-    const poll = setInterval(() => {
-      const m = /"port":(\d+)/.exec(readFileSync(logFile, 'utf8'));
-      if (m) {
-        clearInterval(poll);
-        child.removeAllListeners('exit');
-        resolve({ child, port: Number(m[1]) });
-      }
-    }, 50);
-    child.on('exit', (code) => {
-      clearInterval(poll);
-      reject(new Error(`exited ${code}: ${readFileSync(logFile, 'utf8')}`));
-    });
-  });
-}
-
-async function stop(child) {
-  const done = new Promise((r) => child.once('exit', r));
-  child.kill('SIGTERM');
-  await done;
-}
-
-function rssMb(pid) {
-  try {
-    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m ? Number(m[1]) / 1024 : 0;
-  } catch {
-    return 0;
-  }
-}
 
 /**
  * CPU time of each thread of a process (utime + stime, ms) and the time it spent runnable
@@ -437,7 +398,7 @@ function receiverConfig(database, { drain, dedupeByBody = false }) {
   return file;
 }
 
-const bare = () => startProcess(['bench/bare-server.mjs']);
+const bare = () => startLogged(process.execPath, ['bench/bare-server.mjs'], { cwd: ROOT, logDir: dir });
 // Node's options as the systemd unit starts receiver (contrib/receiver.service's ExecStart).
 const UNIT_NODE_OPTIONS =
   /^ExecStart=\S+ (.*?)\s*\S+\/bin\/receiver\.js serve$/m
@@ -445,7 +406,10 @@ const UNIT_NODE_OPTIONS =
     .split(/\s+/)
     .filter(Boolean) ?? [];
 const receiver = (database, options) => () =>
-  startProcess([...UNIT_NODE_OPTIONS, 'bin/receiver.js', 'serve', '-c', receiverConfig(database, options), '--port', '0']);
+  startLogged(process.execPath, [...UNIT_NODE_OPTIONS, 'bin/receiver.js', 'serve', '-c', receiverConfig(database, options), '--port', '0'], {
+    cwd: ROOT,
+    logDir: dir,
+  });
 
 /** PostgreSQL: the highest event id before a run (the database is the caller's: nothing is deleted). */
 async function pgMaxId(database) {

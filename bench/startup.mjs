@@ -16,11 +16,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
+import { cpuMs, rssMb } from './proc.mjs';
 
 const { values: args } = parseArgs({ options: { runs: { type: 'string', default: '5' } } });
 const RUNS = Number(args.runs);
 const ROOT = new URL('..', import.meta.url).pathname;
-const TICK_MS = 1000 / Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100);
 
 const work = mkdtempSync(join(tmpdir(), 'receiver-bench-startup-'));
 process.on('exit', () => rmSync(work, { recursive: true, force: true }));
@@ -45,10 +45,6 @@ writeFileSync(
   }),
 );
 
-const cpuMs = (pid) => {
-  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  return (Number(f[11]) + Number(f[12])) * TICK_MS;
-};
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /** `--version`: wall time, and CPU time as last read from /proc before the process is reaped. */
@@ -89,7 +85,7 @@ async function serve(bin) {
   });
   const wallMs = performance.now() - t;
   await new Promise((r) => setTimeout(r, 300));
-  const result = { wallMs, cpuMs: cpuMs(c.pid), rssMb: Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${c.pid}/status`, 'utf8'))[1]) / 1024 };
+  const result = { wallMs, cpuMs: cpuMs(c.pid), rssMb: rssMb(c.pid) };
   c.removeAllListeners('exit');
   c.kill('SIGTERM');
   await new Promise((r) => c.on('exit', r));

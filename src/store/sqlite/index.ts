@@ -12,7 +12,7 @@ import { alertsOn } from '../alert-steps.js';
 import type { AlertStore } from '../alert-types.js';
 import { dialect } from './steps.js';
 import { IngestThread } from './ingest-thread.js';
-import { openSqlite, type Db } from './open.js';
+import { inMemoryTemp, openSqlite, type Db } from './open.js';
 import { queueStats } from './queue-stats.js';
 import { WalSync } from './wal-sync.js';
 import { ingestWaitingFlag } from './lock-priority.js';
@@ -150,6 +150,7 @@ export class SqliteStore extends StoreBase implements Store {
         // Checkpoints (which fsync) are left to the ingest worker's connection.
         db.pragma('synchronous = NORMAL');
         db.pragma('wal_autocheckpoint = 0');
+        inMemoryTemp(db);
       }
       const ingestWaiting = this.ingestWaiting === undefined ? undefined : ingestWaitingFlag(this.ingestWaiting);
       this.#drain = { db, backend: new SqliteDrainBackend({ db, busyTimeoutMs: this.#options.busyTimeoutMs, wal: this.#wal, ingestWaiting }) };

@@ -10,7 +10,7 @@ import type { IngestResult, NewEvent } from '../types.js';
 import { isBusy } from './errors.js';
 import { ingestWaitingFlag, waitingForLock } from './lock-priority.js';
 import { ingestOne, ingestStatements } from './ingest.js';
-import { openSqlite } from './open.js';
+import { inMemoryTemp, openSqlite } from './open.js';
 import { WalSync } from './wal-sync.js';
 
 export interface WorkerInit {
@@ -55,6 +55,7 @@ if (parentPort !== null) {
     // (before any answer) gives the durability of synchronous=FULL, outside the lock, so the
     // drain's connection is not kept waiting on it (see wal-sync.ts).
     db.pragma('synchronous = NORMAL');
+    inMemoryTemp(db);
     const wal = new WalSync(init.path);
     const statements = ingestStatements(db);
     const commit = db.transaction((items: NewEvent[]) => items.map((e) => ingestOne(statements, e)));

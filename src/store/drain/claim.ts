@@ -20,13 +20,24 @@ import { deriveEventStatus } from './settle.js';
  * runs a lane's units one after another, so a lane has one unit in flight at a time, in
  * any number of receivers: under SQLite's write lock no other claim runs meanwhile; on
  * PostgreSQL each chosen lane is locked for the claim's transaction (`tryLockLane`; a lane
- * another receiver is claiming in is skipped, not waited for), and the units are taken by
- * a second statement, which sees every claim committed before that lock was granted.
+ * another receiver is claiming in is skipped, not waited for), and each lane's units are
+ * taken by a statement of its own, which sees every claim committed before that lock was
+ * granted. Each step costs one index probe per lane and one per unit it takes, never one
+ * per unit waiting: a lane's backlog does not make the drain slower.
  */
 
 const statements = memo((d: Dialect) => {
   // A lane with a unit running under a live lease, wherever it runs.
   const running = (p: () => string) => `SELECT lane FROM units${d.indexedBy('units_leased')} WHERE status = 'processing' AND lease_expires_at > ${p()}`;
+  // Every lane with pending units, once each: a walk over units_lane_due, one probe per
+  // lane, however many units wait in it.
+  const walk = `WITH RECURSIVE walk(lane) AS (
+      SELECT min(lane) FROM units${d.indexedBy('units_lane_due')} WHERE status = 'pending'
+      UNION ALL
+      SELECT (SELECT min(lane) FROM units${d.indexedBy('units_lane_due')} WHERE status = 'pending' AND lane > walk.lane) FROM walk WHERE walk.lane IS NOT NULL
+    )`;
+  // A lane's earliest due time: one probe of units_lane_due.
+  const laneDueAt = `(SELECT min(next_attempt_at) FROM units${d.indexedBy('units_lane_due')} WHERE status = 'pending' AND lane = walk.lane)`;
   return {
     unplanned: sqlText(
       d,
@@ -43,33 +54,41 @@ const statements = memo((d: Dialect) => {
         ON CONFLICT (event_id, route) DO NOTHING`,
     ),
     assignLane: sqlText(d, (p) => `UPDATE units SET lane = ${p()} WHERE route = ${p()} AND lane <> ${p()} AND status = 'pending'`),
-    // The lock is tried lane by lane in order, as the outer limit takes them: a lane another
-    // receiver is claiming in is passed over for the next one. The inner OFFSET keeps the
-    // planner from moving the lock into the grouping, which would lock every candidate lane.
+    // Lanes with a due unit (a lane's first due unit, in id order, found only in a lane
+    // whose earliest due time has come) or a unit under an expired lease, oldest first.
+    // Where lanes are locked, the lock is tried lane by lane in that order, as the outer
+    // limit takes them: a lane another receiver is claiming in is passed over for the next
+    // one. The inner OFFSET keeps the planner from moving the lock into the grouping, which
+    // would lock every candidate lane.
     lanes: sqlText(
       d,
-      (p) => `SELECT lane FROM (
+      (p) => `${walk}
+      SELECT lane FROM (
         SELECT lane FROM (
-          SELECT id, lane FROM units${d.indexedBy('units_due')} WHERE status = 'pending' AND next_attempt_at <= ${p()}
+          SELECT lane, CASE WHEN ${laneDueAt} <= ${p()} THEN (SELECT id FROM units${d.indexedBy('units_pending')}
+            WHERE status = 'pending' AND lane = walk.lane AND next_attempt_at <= ${p()} ORDER BY id LIMIT 1) END AS head
+          FROM walk WHERE lane IS NOT NULL
           UNION ALL
-          SELECT id, lane FROM units${d.indexedBy('units_leased')} WHERE status = 'processing' AND lease_expires_at <= ${p()}
+          SELECT lane, id AS head FROM units${d.indexedBy('units_leased')} WHERE status = 'processing' AND lease_expires_at <= ${p()}
         ) AS due
-        WHERE lane NOT IN (${d.textList(p())}) AND lane NOT IN (${running(p)})
-        GROUP BY lane ORDER BY min(id)${d.tryLockLane === undefined ? '' : ' OFFSET 0'}
+        WHERE head IS NOT NULL AND lane NOT IN (${d.textList(p())}) AND lane NOT IN (${running(p)})
+        GROUP BY lane ORDER BY min(head)${d.tryLockLane === undefined ? '' : ' OFFSET 0'}
       ) AS candidates${d.tryLockLane === undefined ? '' : ` WHERE ${d.tryLockLane('lane')}`} LIMIT ${p()}`,
     ),
+    // Up to a batch of one lane's due units, oldest first, unless a unit of the lane runs
+    // under a live lease (checked by this statement, after the lane's lock where there is one).
     claim: sqlText(
       d,
       (p) => `UPDATE units SET status = 'processing', lease_owner = ${p()}, lease_expires_at = ${p()}, attempts = attempts + 1
       WHERE id IN (
         SELECT id FROM (
-          SELECT id, row_number() OVER (PARTITION BY lane ORDER BY id) AS n FROM (
-            SELECT id, lane FROM units${d.indexedBy('units_pending')} WHERE status = 'pending' AND lane IN (${d.textList(p())}) AND next_attempt_at <= ${p()}
-            UNION ALL
-            SELECT id, lane FROM units WHERE status = 'processing' AND lane IN (${d.textList(p())}) AND lease_expires_at <= ${p()}
-          ) AS due
-          WHERE lane NOT IN (${running(p)})
-        ) AS ranked WHERE n <= ${p()})
+          SELECT id FROM (
+            SELECT id FROM units${d.indexedBy('units_pending')} WHERE status = 'pending' AND lane = ${p()} AND next_attempt_at <= ${p()} ORDER BY id LIMIT ${p()}
+          ) AS pending
+          UNION ALL
+          SELECT id FROM units${d.indexedBy('units_leased')} WHERE status = 'processing' AND lease_expires_at <= ${p()} AND lane = ${p()}
+        ) AS due ORDER BY id LIMIT ${p()})
+        AND NOT EXISTS (SELECT 1 FROM units${d.indexedBy('units_leased')} WHERE status = 'processing' AND lease_expires_at > ${p()} AND lane = ${p()})
       RETURNING ${UNIT_CLAIM_COLUMNS}`,
     ),
     events: sqlText(d, (p) => `SELECT ${EVENT_WORK_COLUMNS} FROM events WHERE id IN (${d.idList(p())})`),
@@ -81,9 +100,10 @@ const statements = memo((d: Dialect) => {
     ),
     nextDue: sqlText(
       d,
-      (p) => `SELECT min(t) AS t FROM (
-        SELECT min(next_attempt_at) AS t FROM units${d.indexedBy('units_due')}
-          WHERE status = 'pending' AND lane NOT IN (${d.textList(p())}) AND lane NOT IN (${running(p)})
+      (p) => `${walk}
+      SELECT min(t) AS t FROM (
+        SELECT ${laneDueAt} AS t FROM walk
+          WHERE lane IS NOT NULL AND lane NOT IN (${d.textList(p())}) AND lane NOT IN (${running(p)})
         UNION ALL
         SELECT min(lease_expires_at) AS t FROM units${d.indexedBy('units_leased')} WHERE status = 'processing' AND lane NOT IN (${d.textList(p())})
         UNION ALL
@@ -139,13 +159,14 @@ export async function claimUnits(b: DrainBackend, owner: string, now: number, le
   const d = b.dialect;
   const s = statements(d);
   return b.write('claim units', function* () {
-    let units: UnitClaimDbRow[] = [];
+    const units: UnitClaimDbRow[] = [];
     // A lane locked just as another receiver's claim in it committed is found taken by the
     // second statement: the lanes are chosen again, from a newer snapshot, a few times.
     for (let round = 0; units.length === 0 && round < CLAIM_ROUNDS; round++) {
-      const lanes = (yield* rows<{ lane: string }>(s.lanes, [now, now, d.ids(limits.busyLanes), now, limits.lanes])).map((r) => r.lane);
+      const lanes = (yield* rows<{ lane: string }>(s.lanes, [now, now, now, d.ids(limits.busyLanes), now, limits.lanes])).map((r) => r.lane);
       if (lanes.length === 0) return [];
-      units = yield* rows<UnitClaimDbRow>(s.claim, [owner, now + leaseMs, d.ids(lanes), now, d.ids(lanes), now, now, limits.perLane]);
+      for (const lane of lanes)
+        units.push(...(yield* rows<UnitClaimDbRow>(s.claim, [owner, now + leaseMs, lane, now, limits.perLane, now, lane, limits.perLane, now, lane])));
     }
     if (units.length === 0) return [];
     const eventIds = [...new Set(units.map((u) => u.event_id))];

@@ -301,6 +301,18 @@ UPDATE events SET status = 'pending', next_attempt_at = max(next_attempt_at, coa
   WHERE status = 'processing';
 `,
   },
+  {
+    version: 10,
+    name: 'lane due times',
+    // Each lane's earliest due time in one probe, in place of one index of every pending
+    // unit by due time: the drain asks it of every lane with pending work when it claims
+    // and when it decides how long to sleep, and a lane's backlog must not make that cost
+    // grow with it.
+    sql: `
+DROP INDEX units_due;
+CREATE INDEX units_lane_due ON units (lane, next_attempt_at) WHERE status = 'pending';
+`,
+  },
 ];
 
 export const LATEST_VERSION = migrations[migrations.length - 1]?.version ?? 0;

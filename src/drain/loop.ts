@@ -8,7 +8,7 @@ import { ModuleRunner } from '../effects/module-runner.js';
 import { isReceiverError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { laneOf, planRoutes, templateContext } from '../effects/routes.js';
-import type { ClaimedUnit, DrainStore, EventPlan, Lease } from '../store/drain-types.js';
+import type { ClaimedUnit, DrainStore, EventPlan, Lease, UnplannedEvent } from '../store/drain-types.js';
 import { processUnit, type AttemptOutcome, type EventOutcome, type ProcessContext } from './process.js';
 
 export type { AttemptOutcome, EventOutcome };
@@ -62,6 +62,9 @@ export const CLAIM_BATCH = 16;
 
 /** Events planned in one transaction. */
 const PLAN_BATCH = 64;
+
+/** Plans only: every place is taken. */
+const NO_CLAIM = { busyLanes: [], lanes: 0, perLane: 0 };
 
 /** The heartbeat renews every held claim this many times per lease. */
 const RENEWALS_PER_LEASE = 3;
@@ -208,15 +211,22 @@ export function startDrain(options: DrainOptions): Drain {
           Object.assign(ctx, next);
           next = undefined;
         }
-        const planned = await planStored(store, ctx.config.routes, now());
+        // A read first: a claim is a write (SQLite's write lock), made only when something is
+        // due. Events stored since the last look are planned outside any transaction, their
+        // plans stored in the claim's, and their units claimed at once (due on arrival).
+        const free = lanes.size < maxConcurrent;
+        const work = await store.lookForWork(PLAN_BATCH, free ? [...lanes.keys()] : undefined, now());
+        const plans = plansFor(work.events, ctx.config.routes);
+        const due = work.due;
         let claimed = 0;
-        // A read first: a claim is a write (SQLite's write lock), made only when something is due.
-        const due = lanes.size < maxConcurrent ? await store.nextDueAt([...lanes.keys()], now()) : undefined;
-        if (due !== undefined && due <= now()) {
+        // New units are worth a claim only in a lane not running here (the others' units wait
+        // for their lane's end); retries due elsewhere are looked for at the next turn.
+        const claiming = free && (plans.length > 0 ? plans.some((p) => p.units.some((u) => !lanes.has(u.lane))) : due !== undefined && due <= now());
+        if (claiming || plans.length > 0) {
           // A claim owner names one claim, not just the process: a late step of an old claim
           // can never pass for the current one.
-          const limits = { busyLanes: [...lanes.keys()], lanes: maxConcurrent - lanes.size, perLane: CLAIM_BATCH };
-          const units = await store.claimUnits(`${id}#${++claims}`, now(), leaseMs, limits);
+          const limits = claiming ? { busyLanes: [...lanes.keys()], lanes: maxConcurrent - lanes.size, perLane: CLAIM_BATCH } : NO_CLAIM;
+          const units = await store.claimUnits(`${id}#${++claims}`, now(), leaseMs, limits, plans);
           claimed = units.length;
           const byLane = new Map<string, ClaimedUnit[]>();
           for (const u of units) {
@@ -227,7 +237,7 @@ export function startDrain(options: DrainOptions): Drain {
           }
           for (const [lane, batch] of byLane) lanes.set(lane, runLane(batch));
         }
-        if (planned === 0 && claimed === 0) {
+        if (plans.length === 0 && claimed === 0) {
           const idle = options.idle;
           if (idle !== undefined) {
             // Said first, then looked: a delivery accepted after the claim either changed the
@@ -290,19 +300,24 @@ export function startDrain(options: DrainOptions): Drain {
 }
 
 /**
- * Plans up to a batch of the events stored since the last look: one unit per route that
- * applies (routes, source, event type, filter, as planRoutes decides), in the route's lane.
- * Returns how many events it planned.
+ * Plans up to a batch of the events stored since the last look (see plansFor) and stores
+ * the plans. Returns how many events it planned.
  */
 export async function planStored(store: DrainStore, routes: readonly RouteConfig[], now: number): Promise<number> {
   const events = await store.unplannedEvents(PLAN_BATCH);
-  if (events.length === 0) return 0;
-  const plans: EventPlan[] = events.map((event) => {
+  await store.planEvents(plansFor(events, routes), now);
+  return events.length;
+}
+
+/**
+ * Each event's plan: one unit per route that applies (routes, source, event type, filter,
+ * as planRoutes decides), in the route's lane.
+ */
+function plansFor(events: readonly UnplannedEvent[], routes: readonly RouteConfig[]): EventPlan[] {
+  return events.map((event) => {
     const { plans: applying, decisions } = planRoutes(routes, event, templateContext(event));
     return { eventId: event.id, units: applying.map((r) => ({ route: r.route.name, lane: laneOf(r.route) })), decisions };
   });
-  await store.planEvents(plans, now);
-  return events.length;
 }
 
 /**

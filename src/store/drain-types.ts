@@ -47,6 +47,14 @@ export interface ClaimLimits {
   perLane: number;
 }
 
+/** What DrainStore.lookForWork found. */
+export interface Work {
+  /** Events to plan, oldest first. */
+  events: UnplannedEvent[];
+  /** With no events to plan and a lane free: the next due time outside the busy lanes; undefined when none. */
+  due: number | undefined;
+}
+
 /** One unit (one route of one event) as the drain sees it once claimed, with its event. */
 export interface ClaimedUnit {
   /** The event's id. */
@@ -201,9 +209,11 @@ export interface DrainStore {
   /**
    * Claims due units, oldest first per lane, in one transaction, all for `owner` until
    * `now + leaseMs`: of lanes where no unit is running (here or in another process), up to
-   * `limits.lanes` lanes and `limits.perLane` units of each (see drain/claim.ts).
+   * `limits.lanes` lanes and `limits.perLane` units of each (see drain/claim.ts). `plans`
+   * are stored first in the same transaction, as planEvents stores them, so their units
+   * may be claimed at once.
    */
-  claimUnits(owner: string, now: number, leaseMs: number, limits: ClaimLimits): Promise<ClaimedUnit[]>;
+  claimUnits(owner: string, now: number, leaseMs: number, limits: ClaimLimits, plans?: readonly EventPlan[]): Promise<ClaimedUnit[]>;
 
   /**
    * Runs `fn` (a claim and its events' steps) letting the store share transactions between
@@ -241,6 +251,13 @@ export interface DrainStore {
    * outside `busyLanes`, at `now`; undefined when none.
    */
   nextDueAt(busyLanes: readonly string[], now: number): Promise<number | undefined>;
+
+  /**
+   * The drain's look for work, in one read: up to `limit` events to plan (as
+   * unplannedEvents), and, when there are none and `busyLanes` is given (the drain has a
+   * lane free), the next due time outside them (as nextDueAt).
+   */
+  lookForWork(limit: number, busyLanes: readonly string[] | undefined, now: number): Promise<Work>;
 
   /**
    * Decides and records the start of an external effect in one committed transaction:

@@ -1,7 +1,7 @@
 import type { CatchUpRunRecord, CatchUpStore, FetchedEvent } from './catch-up-types.js';
 import type { AttemptRecord, ClaimLimits, DrainStore, EffectFinish, EffectStart, EventPlan, Lease } from './drain-types.js';
 import type { DrainBackend } from './drain/backend.js';
-import { assignLanes, claimOwners, claimUnits, expireClaims, nextDueAt, planEvents, unplannedEvents } from './drain/claim.js';
+import { assignLanes, claimOwners, claimUnits, expireClaims, lookForWork, nextDueAt, planEvents, unplannedEvents } from './drain/claim.js';
 import { renewLeases } from './drain/lease.js';
 import { beginEffect, finishEffect, recordAttempt } from './drain/ledger.js';
 import { runTransactionalEffect } from './drain/module-tx.js';
@@ -31,8 +31,8 @@ export abstract class StoreBase implements Omit<DrainStore, 'claimsAreLocal'>, S
   assignLanes(lanes: ReadonlyMap<string, string>) {
     return assignLanes(this.drainBackend(), lanes);
   }
-  claimUnits(owner: string, now: number, leaseMs: number, limits: ClaimLimits) {
-    return claimUnits(this.drainBackend(), owner, now, leaseMs, limits);
+  claimUnits(owner: string, now: number, leaseMs: number, limits: ClaimLimits, plans?: readonly EventPlan[]) {
+    return claimUnits(this.drainBackend(), owner, now, leaseMs, limits, plans);
   }
   inGroup<T>(fn: () => Promise<T>): Promise<T> {
     return this.drainBackend().inGroup(fn);
@@ -54,6 +54,9 @@ export abstract class StoreBase implements Omit<DrainStore, 'claimsAreLocal'>, S
   }
   nextDueAt(busyLanes: readonly string[], now: number) {
     return nextDueAt(this.drainBackend(), busyLanes, now);
+  }
+  lookForWork(limit: number, busyLanes: readonly string[] | undefined, now: number) {
+    return lookForWork(this.drainBackend(), limit, busyLanes, now);
   }
   beginEffect(lease: Lease, attempt: number, start: EffectStart, now: number, leaseMs: number) {
     return beginEffect(this.drainBackend(), lease, attempt, start, now, leaseMs);

@@ -367,6 +367,28 @@ describe.each(backends)('$name store contract', (backend) => {
       expect(await store.completeUnit(units[1]!.lease, T0)).toBe(true);
       expect(await store.getEvent(a.eventId)).toMatchObject({ status: 'dead', finishedAt: T0 });
     });
+    it("the drain's look finds events to plan, else the next due time; a claim stores plans and takes their units in one call", async () => {
+      const a = await store.ingest(event('a'));
+      const look = await store.lookForWork(10, [], T0);
+      expect(look.events.map((e) => e.id)).toEqual([a.eventId]);
+      expect(look.due).toBeUndefined();
+      const plans = [{ eventId: a.eventId, units: [{ route: 'deploy', lane: 'deploys' }], decisions: 'deploy: applies' }];
+      // Plans only (no lane free): the units wait, pending.
+      expect(await store.claimUnits('d', T0, LEASE, { busyLanes: [], lanes: 0, perLane: 0 }, plans)).toEqual([]);
+      expect(await store.getEvent(a.eventId)).toMatchObject({ status: 'pending', routeDecisions: ['deploy: applies'] });
+      expect(await store.lookForWork(10, [], T0)).toEqual({ events: [], due: T0 });
+      // The lane busy here: nothing due outside it; no lane free: not asked.
+      expect(await store.lookForWork(10, ['deploys'], T0)).toEqual({ events: [], due: undefined });
+      expect(await store.lookForWork(10, undefined, T0)).toEqual({ events: [], due: undefined });
+      const b = await store.ingest(event('b'));
+      const units = await store.claimUnits('d', T0, LEASE, { busyLanes: [], lanes: 8, perLane: 8 }, [
+        { eventId: b.eventId, units: [{ route: 'deploy', lane: 'deploys' }], decisions: 'deploy: applies' },
+      ]);
+      // Planned and claimed at once, oldest first within the lane.
+      expect(units.map((u) => u.id)).toEqual([a.eventId, b.eventId]);
+      expect((await store.getEvent(b.eventId))!.status).toBe('processing');
+    });
+
     it('a replay of one route starts its unit over and leaves the others; a route the event lacks, or one a drain holds, is refused', async () => {
       const a = await store.ingest(event('a'));
       await store.planEvents(

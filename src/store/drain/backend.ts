@@ -11,7 +11,7 @@ export interface DrainBackend {
   readonly name: 'sqlite' | 'postgres';
   readonly dialect: Dialect;
 
-  /** Steps that only read, each statement on its own. */
+  /** Steps that only read: in one read transaction where that costs nothing (SQLite), else each statement on its own. */
   read<T>(what: string, steps: Steps<T>): Promise<T>;
 
   /**

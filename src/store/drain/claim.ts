@@ -1,6 +1,6 @@
-import type { ClaimedUnit, ClaimLimits, EventPlan, UnplannedEvent } from '../drain-types.js';
+import type { ClaimedUnit, ClaimLimits, EventPlan, UnplannedEvent, Work } from '../drain-types.js';
 import { EVENT_WORK_COLUMNS, toClaimed, toUnplanned, UNIT_CLAIM_COLUMNS, type EventWorkDbRow, type UnitClaimDbRow } from '../rows.js';
-import { changes, first, memo, rows, sqlText, type Dialect } from '../sql.js';
+import { changes, first, memo, rows, sqlText, type Dialect, type Steps } from '../sql.js';
 import type { DrainBackend } from './backend.js';
 import { deriveEventStatus } from './settle.js';
 
@@ -128,17 +128,23 @@ export async function unplannedEvents(b: DrainBackend, limit: number): Promise<U
 /** Stores each event's units, or marks it done when none applies (see DrainStore.planEvents). */
 export async function planEvents(b: DrainBackend, plans: readonly EventPlan[], now: number): Promise<void> {
   if (plans.length === 0) return;
-  const d = b.dialect;
+  await b.write('plan events', () => plan(b.dialect, plans, now));
+}
+
+/**
+ * An event given units stays as it is (pending, its attempts and next attempt those its
+ * units start with, its last error until a unit's attempt replaces it); one given none is
+ * done, as its status derived from no units says.
+ */
+function* plan(d: Dialect, plans: readonly EventPlan[], now: number): Steps<void> {
   const s = statements(d);
-  await b.write('plan events', function* () {
-    const planned: number[] = [];
-    for (const plan of plans) {
-      if ((yield* changes(s.markPlanned, [plan.decisions, plan.eventId])) === 0) continue;
-      for (const u of plan.units) yield* changes(s.insertUnit, [u.route, u.lane, plan.eventId]);
-      planned.push(plan.eventId);
-    }
-    yield* deriveEventStatus(d, planned, now);
-  });
+  const unrouted: number[] = [];
+  for (const plan of plans) {
+    if ((yield* changes(s.markPlanned, [plan.decisions, plan.eventId])) === 0) continue;
+    for (const u of plan.units) yield* changes(s.insertUnit, [u.route, u.lane, plan.eventId]);
+    if (plan.units.length === 0) unrouted.push(plan.eventId);
+  }
+  yield* deriveEventStatus(d, unrouted, now);
 }
 
 /** Moves the units not running to their route's lane now (see DrainStore.assignLanes). */
@@ -153,38 +159,70 @@ export async function assignLanes(b: DrainBackend, lanes: ReadonlyMap<string, st
 /** How many times one claim chooses lanes when the lanes it chose were all taken meanwhile. */
 const CLAIM_ROUNDS = 3;
 
-/** Claims due units, per lane (see the comment at the top and DrainStore.claimUnits). */
-export async function claimUnits(b: DrainBackend, owner: string, now: number, leaseMs: number, limits: ClaimLimits): Promise<ClaimedUnit[]> {
-  if (limits.lanes <= 0 || limits.perLane <= 0) return [];
+/**
+ * Stores `plans` (as planEvents), then claims due units, per lane, in the same transaction
+ * (see the comment at the top and DrainStore.claimUnits).
+ */
+export async function claimUnits(
+  b: DrainBackend,
+  owner: string,
+  now: number,
+  leaseMs: number,
+  limits: ClaimLimits,
+  plans: readonly EventPlan[] = [],
+): Promise<ClaimedUnit[]> {
+  const claiming = limits.lanes > 0 && limits.perLane > 0;
+  if (!claiming && plans.length === 0) return [];
   const d = b.dialect;
-  const s = statements(d);
-  return b.write('claim units', function* () {
-    const units: UnitClaimDbRow[] = [];
-    // A lane locked just as another receiver's claim in it committed is found taken by the
-    // second statement: the lanes are chosen again, from a newer snapshot, a few times.
-    for (let round = 0; units.length === 0 && round < CLAIM_ROUNDS; round++) {
-      const lanes = (yield* rows<{ lane: string }>(s.lanes, [now, now, now, d.ids(limits.busyLanes), now, limits.lanes])).map((r) => r.lane);
-      if (lanes.length === 0) return [];
-      for (const lane of lanes)
-        units.push(...(yield* rows<UnitClaimDbRow>(s.claim, [owner, now + leaseMs, lane, now, limits.perLane, now, lane, limits.perLane, now, lane])));
-    }
-    if (units.length === 0) return [];
-    const eventIds = [...new Set(units.map((u) => u.event_id))];
-    const events = new Map((yield* rows<EventWorkDbRow>(s.events, [d.ids(eventIds)])).map((e) => [e.id, e]));
-    yield* changes(s.processing, [d.ids(eventIds)]);
-    // RETURNING gives no order: each lane runs its units oldest first.
-    return units
-      .filter((u) => events.has(u.event_id))
-      .map((u) => toClaimed(u, events.get(u.event_id)!))
-      .sort((x, y) => x.unitId - y.unitId);
+  return b.write(plans.length === 0 ? 'claim units' : 'plan and claim units', function* () {
+    if (plans.length > 0) yield* plan(d, plans, now);
+    return claiming ? yield* claim(d, owner, now, leaseMs, limits) : [];
   });
 }
 
+function* claim(d: Dialect, owner: string, now: number, leaseMs: number, limits: ClaimLimits): Steps<ClaimedUnit[]> {
+  const s = statements(d);
+  const units: UnitClaimDbRow[] = [];
+  // A lane locked just as another receiver's claim in it committed is found taken by the
+  // second statement: the lanes are chosen again, from a newer snapshot, a few times.
+  for (let round = 0; units.length === 0 && round < CLAIM_ROUNDS; round++) {
+    const lanes = (yield* rows<{ lane: string }>(s.lanes, [now, now, now, d.ids(limits.busyLanes), now, limits.lanes])).map((r) => r.lane);
+    if (lanes.length === 0) return [];
+    for (const lane of lanes)
+      units.push(...(yield* rows<UnitClaimDbRow>(s.claim, [owner, now + leaseMs, lane, now, limits.perLane, now, lane, limits.perLane, now, lane])));
+  }
+  if (units.length === 0) return [];
+  const eventIds = [...new Set(units.map((u) => u.event_id))];
+  const events = new Map((yield* rows<EventWorkDbRow>(s.events, [d.ids(eventIds)])).map((e) => [e.id, e]));
+  yield* changes(s.processing, [d.ids(eventIds)]);
+  // RETURNING gives no order: each lane runs its units oldest first.
+  return units
+    .filter((u) => events.has(u.event_id))
+    .map((u) => toClaimed(u, events.get(u.event_id)!))
+    .sort((x, y) => x.unitId - y.unitId);
+}
+
 /** The earliest time something becomes due outside `busyLanes`; undefined when none. */
-export async function nextDueAt(b: DrainBackend, busyLanes: readonly string[], now: number): Promise<number | undefined> {
-  const d = b.dialect;
+export function nextDueAt(b: DrainBackend, busyLanes: readonly string[], now: number): Promise<number | undefined> {
+  return b.read('next due unit', nextDue(b.dialect, busyLanes, now));
+}
+
+function* nextDue(d: Dialect, busyLanes: readonly string[], now: number): Steps<number | undefined> {
   const busy = d.ids(busyLanes);
-  return (await b.read('next due unit', first<{ t: number | null }>(statements(d).nextDue, [busy, now, busy])))?.t ?? undefined;
+  return (yield* first<{ t: number | null }>(statements(d).nextDue, [busy, now, busy]))?.t ?? undefined;
+}
+
+/** Events to plan and, when there are none and lanes are free, the next due time (see DrainStore.lookForWork). */
+export function lookForWork(b: DrainBackend, limit: number, busyLanes: readonly string[] | undefined, now: number): Promise<Work> {
+  const d = b.dialect;
+  return b.read(
+    'look for work',
+    (function* (): Steps<Work> {
+      const events = (yield* rows<EventWorkDbRow>(statements(d).unplanned, [limit])).map(toUnplanned);
+      if (events.length > 0 || busyLanes === undefined) return { events, due: undefined };
+      return { events, due: yield* nextDue(d, busyLanes, now) };
+    })(),
+  );
 }
 
 /** The distinct owners of every current claim, live or expired. */

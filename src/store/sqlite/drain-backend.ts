@@ -64,8 +64,17 @@ export class SqliteDrainBackend implements DrainBackend {
 
   read<T>(what: string, steps: Steps<T>): Promise<T> {
     return this.#inTurn(() => {
+      const db = this.#c.db;
       try {
-        return runSteps(this.#c.db, steps);
+        if (db.inTransaction) return runSteps(db, steps);
+        // One read transaction for every statement: whether another connection wrote since
+        // (and this one must read again the pages it needs) is found out once, not per statement.
+        db.exec('BEGIN');
+        try {
+          return runSteps(db, steps);
+        } finally {
+          db.exec('COMMIT');
+        }
       } catch (e) {
         throw sqliteError(e, what);
       }

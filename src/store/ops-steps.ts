@@ -1,6 +1,7 @@
 import type {
   EffectRow,
   EventDetail,
+  LaneStats,
   EventSummary,
   HourlyDeliveries,
   LedgerPurgeBatchResult,
@@ -25,6 +26,7 @@ import {
   SUMMARY_COLUMNS,
   toDetail,
   toHourly,
+  toLaneStats,
   toRouteFailures,
   toSummary,
   type AttemptDbRow,
@@ -33,7 +35,10 @@ import {
   type EventDetailDbRow,
   type EventSummaryRow,
   type HourlyDbRow,
+  type LaneStatsDbRow,
   type RouteFailuresDbRow,
+  type UnitDbRow,
+  UNIT_COLUMNS,
 } from './rows.js';
 import { changes, first, memo, rows, sqlText, type Dialect, type Steps } from './sql.js';
 
@@ -73,6 +78,19 @@ const SOURCES = `WITH RECURSIVE sources(source) AS (
 const ledgerPurgeable = (p: () => string) => `f.status IN ('done', 'failed') AND f.finished_at < ${p()}
   AND NOT EXISTS (SELECT 1 FROM events e WHERE e.id = f.event_id)
   AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.effect_key = f.effect_key)`;
+
+/**
+ * Per lane, from the partial indexes of pending and of processing units (never the done
+ * ones): counts, and the event of the oldest pending unit (the lane's first planned). Read
+ * at every scrape of GET /metrics: its cost follows the queue, not the table.
+ */
+export const LANE_STATS = `SELECT g.lane, g.pending, g.running, e.received_at AS oldest FROM (
+    SELECT lane, sum(pending) AS pending, sum(running) AS running, min(first_id) AS first_id FROM (
+      SELECT lane, count(*) AS pending, 0 AS running, min(id) AS first_id FROM units WHERE status = 'pending' GROUP BY lane
+      UNION ALL
+      SELECT lane, 0 AS pending, count(*) AS running, NULL AS first_id FROM units WHERE status = 'processing' GROUP BY lane
+    ) AS by_status GROUP BY lane
+  ) AS g LEFT JOIN units u ON u.id = g.first_id LEFT JOIN events e ON e.id = u.event_id`;
 
 const REPLAY_COLUMNS = `id, source, delivery_id, status, ${EVENT_LEASE_COLUMNS}, CASE WHEN body IS NULL THEN 1 ELSE 0 END AS body_dropped`;
 
@@ -145,6 +163,7 @@ const statements = memo((d: Dialect) => {
         WHERE id IN (${d.idList(p())})`,
     ),
     event: text((p) => `SELECT ${DETAIL_COLUMNS} FROM events WHERE id = ${p()}`),
+    units: text((p) => `SELECT ${UNIT_COLUMNS} FROM units WHERE event_id = ${p()} ORDER BY id`),
     attempts: text((p) => `SELECT ${ATTEMPT_COLUMNS} FROM attempts WHERE event_id = ${p()} ORDER BY id`),
     effects: text(
       (p) => `SELECT ${EFFECT_COLUMNS} FROM effects
@@ -160,6 +179,7 @@ const statements = memo((d: Dialect) => {
     statsStuck: text((p) => `SELECT count(*) AS n, min(lease_expires_at) AS oldest FROM units WHERE status = 'processing' AND lease_expires_at < ${p()}`),
     statsEffects: `SELECT status, count(*) AS n, min(finished_at) AS oldest FROM effects GROUP BY status`,
     statsLedgerBytes: d.tableBytes('effects'),
+    laneStats: LANE_STATS,
     // Ids start at 1 and are never reused: while event 1 is stored, nothing older was purged.
     statsFirstEvent: `SELECT received_at FROM events WHERE id = 1`,
     // Reads only the newest rows (by id): its cost follows the window, not the table.
@@ -454,9 +474,16 @@ export function* getEvent(d: Dialect, eventId: number): Steps<EventDetail | unde
   const s = statements(d);
   const r = yield* first<EventDetailDbRow>(s.event, [eventId]);
   if (r === undefined) return undefined;
+  const units = yield* rows<UnitDbRow>(s.units, [eventId]);
   const attempts = yield* rows<AttemptDbRow>(s.attempts, [eventId]);
   const effects = yield* rows<EffectDbRow>(s.effects, [eventId, eventId]);
-  return toDetail(r, attempts, effects, yield* rows<ConflictDbRow>(s.conflicts, [eventId]));
+  return toDetail(r, units, attempts, effects, yield* rows<ConflictDbRow>(s.conflicts, [eventId]));
+}
+
+/** The lanes with pending or running units, by name (in code: the databases sort text by different collations). */
+export function* laneStats(d: Dialect): Steps<LaneStats[]> {
+  const lanes = (yield* rows<LaneStatsDbRow>(statements(d).laneStats)).map(toLaneStats);
+  return lanes.sort((a, b) => (a.lane < b.lane ? -1 : a.lane > b.lane ? 1 : 0));
 }
 
 /** Run in one read snapshot: every figure agrees with the others. */
@@ -496,6 +523,7 @@ export function* stats(d: Dialect, now: number): Steps<StoreStats> {
     effectsByStatus,
     ledger: { bytes, oldestFinishedAt },
     firstEventReceivedAt: firstEvent?.received_at ?? null,
+    lanes: yield* laneStats(d),
   };
 }
 
@@ -529,6 +557,7 @@ export type SharedOps = Pick<
   | 'effectFailuresByRoute'
   | 'getEvent'
   | 'stats'
+  | 'laneStats'
 >;
 
 export function sharedOps(d: Dialect, run: StepRunner): SharedOps {
@@ -557,5 +586,6 @@ export function sharedOps(d: Dialect, run: StepRunner): SharedOps {
     effectFailuresByRoute: (since) => run.alone('admin overview', effectFailuresByRoute(d, since)),
     getEvent: (eventId) => run.snapshot('events show', () => getEvent(d, eventId)),
     stats: (now) => run.snapshot('stats', () => stats(d, now)),
+    laneStats: () => run.alone('lane stats', laneStats(d)),
   };
 }

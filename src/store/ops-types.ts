@@ -225,6 +225,25 @@ export interface ConflictRow {
   body: Buffer | null;
 }
 
+/**
+ * One route's unit of work of an event: its own status, retry counter, next attempt, last
+ * error and lease, in its lane. The event's status is derived from its units'.
+ */
+export interface UnitRow {
+  route: string;
+  lane: string;
+  status: EventStatus;
+  /** The unit's retry counter: attempts since it was planned or last replayed. */
+  attempts: number;
+  nextAttemptAt: number;
+  lastError: string | null;
+  leaseOwner: string | null;
+  leaseExpiresAt: number | null;
+  /** Replays of this unit (of the whole event, or of this route alone). */
+  replays: number;
+  finishedAt: number | null;
+}
+
 /** One event with everything `events show` prints. */
 export interface EventDetail extends EventSummary {
   /** Stored request headers (signature headers already redacted); null after tiered retention dropped them. */
@@ -242,6 +261,8 @@ export interface EventDetail extends EventSummary {
    * null before either (pending, or stored by an older receiver).
    */
   routeDecisions: string[] | null;
+  /** One per route that applies, in the order they were planned; none before the drain plans the event (or when no route applied). */
+  units: UnitRow[];
   /** Oldest first. Rows from before a replay are kept. */
   attemptRows: AttemptRow[];
   /** Ledger rows for the effect keys this event's attempts touched, or that it last ran. */
@@ -254,6 +275,17 @@ export interface SourceKeyAge {
   /** received_at of the oldest event still stored for this source (its oldest dedupe key). */
   oldestReceivedAt: number;
   events: number;
+}
+
+/** The work of one lane now: what waits, what runs. */
+export interface LaneStats {
+  lane: string;
+  /** Units `pending` (waiting for their turn or their retry). */
+  pending: number;
+  /** Units `processing` (claimed; running, or left to an expired lease). */
+  running: number;
+  /** received_at (ms) of the event of the lane's oldest pending unit (the first planned), or null when none is pending. */
+  oldestPendingReceivedAt: number | null;
 }
 
 export interface StoreStats {
@@ -283,6 +315,8 @@ export interface StoreStats {
    * how old the database is.
    */
   firstEventReceivedAt: number | null;
+  /** Every lane with a pending or running unit, by name. */
+  lanes: LaneStats[];
 }
 
 /** The queue as GET /metrics reads it at every scrape. */
@@ -421,4 +455,10 @@ export interface OpsStore {
    * scan of finished events), unlike stats(), which scans every event.
    */
   queueStats(): Promise<QueueStats>;
+
+  /**
+   * The lanes with pending or running units, by name: for GET /metrics at every scrape (one
+   * grouped read of the units' partial indexes), `stats` and the admin overview.
+   */
+  laneStats(): Promise<LaneStats[]>;
 }

@@ -1,6 +1,6 @@
 import type { ClaimedUnit, LedgerRow, UnplannedEvent } from './drain-types.js';
 import type { EventOrigin, EventStatus } from '../vocabulary.js';
-import type { AttemptRow, ConflictRow, EffectRow, EventDetail, EventSummary, HourlyDeliveries, RouteFailures } from './ops-types.js';
+import type { AttemptRow, ConflictRow, EffectRow, EventDetail, EventSummary, HourlyDeliveries, LaneStats, RouteFailures, UnitRow } from './ops-types.js';
 
 /**
  * Rows as both stores return them, and their camelCase shapes: snake_case is converted
@@ -117,6 +117,36 @@ export function toEffect(e: EffectDbRow): EffectRow {
   };
 }
 
+export interface UnitDbRow {
+  route: string;
+  lane: string;
+  status: UnitRow['status'];
+  attempts: number;
+  next_attempt_at: number;
+  last_error: string | null;
+  lease_owner: string | null;
+  lease_expires_at: number | null;
+  replays: number;
+  finished_at: number | null;
+}
+
+export const UNIT_COLUMNS = 'route, lane, status, attempts, next_attempt_at, last_error, lease_owner, lease_expires_at, replays, finished_at';
+
+export function toUnit(u: UnitDbRow): UnitRow {
+  return {
+    route: u.route,
+    lane: u.lane,
+    status: u.status,
+    attempts: u.attempts,
+    nextAttemptAt: u.next_attempt_at,
+    lastError: u.last_error,
+    leaseOwner: u.lease_owner,
+    leaseExpiresAt: u.lease_expires_at,
+    replays: u.replays,
+    finishedAt: u.finished_at,
+  };
+}
+
 export interface ConflictDbRow {
   id: number;
   received_at: number;
@@ -151,6 +181,7 @@ export const DETAIL_COLUMNS = `${SUMMARY_COLUMNS}, headers, body, body_sha256, e
 
 export function toDetail(
   r: EventDetailDbRow,
+  units: readonly UnitDbRow[],
   attempts: readonly AttemptDbRow[],
   effects: readonly EffectDbRow[],
   conflicts: readonly ConflictDbRow[],
@@ -165,6 +196,7 @@ export function toDetail(
     leaseOwner: r.lease_owner,
     leaseExpiresAt: r.lease_expires_at,
     routeDecisions: r.route_decisions === null ? null : r.route_decisions.split('\n'),
+    units: units.map(toUnit),
     attemptRows: attempts.map(toAttempt),
     effects: effects.map(toEffect),
     conflicts: conflicts.map(toConflict),
@@ -245,6 +277,21 @@ export interface HourlyDbRow {
 }
 
 export const toHourly = (r: HourlyDbRow): HourlyDeliveries => ({ hour: Number(r.hour), outcome: r.outcome, count: Number(r.count) });
+
+/** One lane's counts (PostgreSQL's count() is a bigint, its sum() numeric: either may arrive as text). */
+export interface LaneStatsDbRow {
+  lane: string;
+  pending: number | string;
+  running: number | string;
+  oldest: number | string | null;
+}
+
+export const toLaneStats = (r: LaneStatsDbRow): LaneStats => ({
+  lane: r.lane,
+  pending: Number(r.pending),
+  running: Number(r.running),
+  oldestPendingReceivedAt: r.oldest === null ? null : Number(r.oldest),
+});
 
 export interface RouteFailuresDbRow {
   route: string;

@@ -140,6 +140,9 @@ export abstract class StoreBase implements Omit<DrainStore, 'claimsAreLocal'>, S
   stats(now: number) {
     return this.sharedOps.stats(now);
   }
+  laneStats() {
+    return this.sharedOps.laneStats();
+  }
 
   // CatchUpStore: see ./catch-up-steps.ts and each store's catch-up.ts.
   storedDeliveryIds(source: string, deliveryIds: readonly string[]) {

@@ -433,6 +433,86 @@ describe.each(backends)('$name store contract', (backend) => {
       expect(await store.completeUnit(again[0]!.lease, T0 + SEC)).toBe(true);
       expect((await store.getEvent(a.eventId))!.status).toBe('done');
     });
+    it("each route's unit as events show lists it (lane, status, attempts, next attempt, last error, lease); lanes counted; the list filters by the derived status", async () => {
+      const a = await store.ingest(event('a'));
+      const b = await store.ingest(event('b', undefined, { receivedAt: T0 + SEC }));
+      const units = [
+        { route: 'deploy', lane: 'deploys' },
+        { route: 'licence', lane: 'licence' },
+      ];
+      await store.planEvents(
+        [a, b].map((r) => ({ eventId: r.eventId, units, decisions: 'deploy: applies\nlicence: applies' })),
+        T0 + 2 * SEC,
+      );
+      const unit = (route: string, lane: string, more: object = {}) => ({
+        route,
+        lane,
+        status: 'pending',
+        attempts: 0,
+        // Due when its event is.
+        nextAttemptAt: T0,
+        lastError: null,
+        leaseOwner: null,
+        leaseExpiresAt: null,
+        replays: 0,
+        finishedAt: null,
+        ...more,
+      });
+      expect((await store.getEvent(a.eventId))!.units).toEqual([unit('deploy', 'deploys'), unit('licence', 'licence')]);
+      expect(await store.laneStats()).toEqual([
+        { lane: 'deploys', pending: 2, running: 0, oldestPendingReceivedAt: T0 },
+        { lane: 'licence', pending: 2, running: 0, oldestPendingReceivedAt: T0 },
+      ]);
+
+      // One unit of each lane claimed: a's.
+      const claimed = await store.claimUnits('drain-1', T0 + 2 * SEC, LEASE, { busyLanes: [], lanes: 8, perLane: 1 });
+      expect(claimed.map((u) => [u.id, u.route]).sort()).toEqual([
+        [a.eventId, 'deploy'],
+        [a.eventId, 'licence'],
+      ]);
+      expect((await store.getEvent(a.eventId))!.units).toEqual([
+        unit('deploy', 'deploys', { status: 'processing', attempts: 1, leaseOwner: 'drain-1', leaseExpiresAt: T0 + 2 * SEC + LEASE }),
+        unit('licence', 'licence', { status: 'processing', attempts: 1, leaseOwner: 'drain-1', leaseExpiresAt: T0 + 2 * SEC + LEASE }),
+      ]);
+      expect(await store.laneStats()).toEqual([
+        { lane: 'deploys', pending: 1, running: 1, oldestPendingReceivedAt: T0 + SEC },
+        { lane: 'licence', pending: 1, running: 1, oldestPendingReceivedAt: T0 + SEC },
+      ]);
+
+      // The deploy fails and waits for its retry; the licence gives up: the event stays pending while a unit is.
+      const byRoute = new Map(claimed.map((u) => [u.route, u]));
+      expect(await store.retryUnit(byRoute.get('deploy')!.lease, 'exit 1', T0 + 30 * SEC)).toBe(true);
+      expect(await store.buryUnit(byRoute.get('licence')!.lease, 'smtp refused', T0 + 3 * SEC)).toBe(true);
+      const shown = await store.getEvent(a.eventId);
+      expect(shown!.units).toEqual([
+        unit('deploy', 'deploys', { attempts: 1, nextAttemptAt: T0 + 30 * SEC, lastError: 'exit 1' }),
+        unit('licence', 'licence', { status: 'dead', attempts: 1, lastError: 'smtp refused', finishedAt: T0 + 3 * SEC }),
+      ]);
+      expect(shown!.status).toBe('pending');
+      const listed = async (status: 'pending' | 'dead') => (await store.listEvents({ status, limit: 10 })).map((e) => e.id);
+      expect(await listed('pending')).toEqual([b.eventId, a.eventId]);
+      expect(await listed('dead')).toEqual([]);
+      expect(await store.laneStats()).toEqual([
+        { lane: 'deploys', pending: 2, running: 0, oldestPendingReceivedAt: T0 },
+        { lane: 'licence', pending: 1, running: 0, oldestPendingReceivedAt: T0 + SEC },
+      ]);
+
+      // Its retry fails for good: no unit is left to run, one is dead, so the event is dead.
+      const retried = await store.claimUnits('drain-2', T0 + 30 * SEC, LEASE, { busyLanes: ['licence'], lanes: 8, perLane: 1 });
+      expect(retried.map((u) => [u.id, u.route, u.attempt])).toEqual([[a.eventId, 'deploy', 2]]);
+      expect(await store.buryUnit(retried[0]!.lease, 'exit 1 again', T0 + 31 * SEC)).toBe(true);
+      expect((await store.getEvent(a.eventId))!.status).toBe('dead');
+      expect(await listed('dead')).toEqual([a.eventId]);
+      expect(await listed('pending')).toEqual([b.eventId]);
+      const lanes = [
+        { lane: 'deploys', pending: 1, running: 0, oldestPendingReceivedAt: T0 + SEC },
+        { lane: 'licence', pending: 1, running: 0, oldestPendingReceivedAt: T0 + SEC },
+      ];
+      expect(await store.laneStats()).toEqual(lanes);
+      expect((await store.stats(T0 + 31 * SEC)).lanes).toEqual(lanes);
+      // An event before planning has no units yet.
+      expect((await store.getEvent((await store.ingest(event('c'))).eventId))!.units).toEqual([]);
+    });
   });
 
   describe('drain: claims and leases', () => {
@@ -1215,6 +1295,8 @@ describe.each(backends)('$name store contract', (backend) => {
         ledger: { bytes: expect.any(Number), oldestFinishedAt: null },
         // Event 1 ('a') is still stored: nothing older was ever purged.
         firstEventReceivedAt: T0 - 3 * DAY,
+        // The stuck claim's unit is the one unit there is.
+        lanes: [{ lane: 'r', pending: 0, running: 1, oldestPendingReceivedAt: null }],
       });
       expect(s.ledger.bytes).toBeGreaterThan(0);
       if (store.queueStats !== undefined) {

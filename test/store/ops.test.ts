@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type Database from 'better-sqlite3';
+import { LANE_STATS } from '../../src/store/ops-steps.js';
 import { SqliteStore } from '../../src/store/sqlite/index.js';
 import type { NewEvent } from '../../src/store/types.js';
 import { tempDir } from '../helpers.js';
@@ -267,7 +268,14 @@ describe('SQLite OpsStore', () => {
         effectsByStatus: { running: 0, done: 0, failed: 1 },
         ledger: { bytes: expect.any(Number), oldestFinishedAt: NOW + 10 },
         firstEventReceivedAt: NOW - 100 * 3_600_000,
+        lanes: [{ lane: 'r', pending: 0, running: 2, oldestPendingReceivedAt: null }],
       });
+    });
+
+    it("the lane gauges read only the partial indexes of pending and processing units, never the done ones (a scrape's cost follows the queue)", () => {
+      const plan = (db.prepare(`EXPLAIN QUERY PLAN ${LANE_STATS}`).all() as { detail: string }[]).map((p) => p.detail);
+      expect(plan.filter((d) => /^SCAN units/.test(d))).toEqual(['SCAN units USING COVERING INDEX units_pending', 'SCAN units USING INDEX units_leased']);
+      expect(plan.filter((d) => /^SCAN (?!units|by_status|g$)/.test(d))).toEqual([]);
     });
   });
 });

@@ -316,6 +316,23 @@ function routesSection(e: ReturnType<typeof detailJson>): string[] {
   return [head, ...e.routeDecisions.map((d) => `    ${printable(d)}`)];
 }
 
+/** Each route's unit of work: its lane, status, retry counter, next attempt (or lease) and last error. */
+function unitsSection(e: ReturnType<typeof detailJson>): string[] {
+  if (e.units.length === 0) return [];
+  const rows = [['ROUTE', 'LANE', 'STATUS', 'ATTEMPTS', 'NEXT', 'LAST ERROR']];
+  for (const u of e.units) {
+    const next =
+      u.status === 'pending' ? (u.nextAttemptAt ?? '') : u.status === 'processing' ? `lease ${p(u.leaseOwner)} until ${u.leaseExpiresAt ?? '?'}` : '';
+    rows.push([p(u.route), p(u.lane), u.status, `${u.attempts}${u.replays > 0 ? ` (${u.replays} replay(s))` : ''}`, next, oneLine(u.lastError, 120)]);
+  }
+  return [
+    'units (one per route; the status above is derived from them):',
+    ...table(rows)
+      .split('\n')
+      .map((l) => `  ${l}`),
+  ];
+}
+
 /** What a conflict's body shows at most; --json has all of it. */
 const CONFLICT_BODY_LINES = 40;
 const CONFLICT_BODY_CHARS = 4000;
@@ -360,6 +377,7 @@ function describeEvent(e: ReturnType<typeof detailJson> & { routesNotConfigured:
   ];
   if (e.lastError !== null) out.push(`  last error: ${oneLine(e.lastError, 200)}`);
   out.push(...routesSection(e));
+  out.push(...unitsSection(e));
   for (const r of e.routesNotConfigured)
     out.push(`  route ${p(r)}: no longer configured (its work here stays as it is; a replay runs the routes configured now)`);
   out.push('headers:');

@@ -82,6 +82,20 @@ export function detailJson(e: EventDetail, sources: ReadonlyMap<string, Resolved
     ...bodyJson(e.body),
     bodySha256: e.bodySha256,
     routeDecisions: e.routeDecisions,
+    // The work per route; the event's status, attempts and next attempt above are derived from these.
+    units: e.units.map((u) => ({
+      route: u.route,
+      lane: u.lane,
+      status: u.status,
+      attempts: u.attempts,
+      // Only a pending unit waits for a time.
+      nextAttemptAt: u.status === 'pending' ? iso(u.nextAttemptAt) : null,
+      lastError: u.lastError,
+      leaseOwner: u.status === 'processing' ? u.leaseOwner : null,
+      leaseExpiresAt: u.status === 'processing' ? iso(u.leaseExpiresAt) : null,
+      replays: u.replays,
+      finishedAt: iso(u.finishedAt),
+    })),
     // `attempts` above is the retry counter (as in `events list`); this is every recorded try.
     attemptLog: e.attemptRows.map((a, i) => ({
       attempt: a.attempt,

@@ -187,6 +187,45 @@ describe('admin HTTP', () => {
     expect(await (await api(`/events/${ids.done}`, { headers: bearer })).json()).toMatchObject({ status: 'pending', forceEffects: true });
   });
 
+  it('a replay of one route: the API takes {"route"}, the event page\'s form a route field; a route the event lacks is refused naming its routes, nothing replayed', async () => {
+    const json = { ...bearer, 'content-type': 'application/json' };
+    // The dead event's one route.
+    const db = new Database(join(tmp.dir, 'receiver.db'));
+    db.prepare(
+      `INSERT INTO units (event_id, route, lane, status, attempts, next_attempt_at, last_error) VALUES (?, 'mail', 'mail', 'dead', 3, ?, 'smtp down')`,
+    ).run(ids.dead, NOW);
+    db.close();
+    const missing = await api(`/events/${ids.dead}/replay`, { method: 'POST', headers: json, body: '{"route":"nope"}' });
+    expect(missing.status).toBe(409);
+    expect(await missing.json()).toEqual({ replayed: [], refused: [{ id: ids.dead, reason: 'no_route', route: 'nope', routes: ['mail'] }] });
+    // Its one route is running under a live lease.
+    const held = await api(`/events/${ids.processing}/replay`, { method: 'POST', headers: json, body: '{"route":"r","force":true}' });
+    expect(held.status).toBe(409);
+    expect(((await held.json()) as { refused: { reason: string }[] }).refused).toMatchObject([{ reason: 'processing' }]);
+    expect((await api(`/events/${ids.processing}/replay`, { method: 'POST', headers: json, body: '{"route":7}' })).status).toBe(400);
+    expect((await api('/replay-dead', { method: 'POST', headers: json, body: '{"route":"r"}' })).status).toBe(400);
+
+    const { cookie } = await login(app.url);
+    const page = await (await fetch(`${app.url}/admin/events/${ids.processing}`, { headers: { cookie: cookie! } })).text();
+    // Its route is listed with its lane, status and lease, and a replay button of its own.
+    expect(page).toContain('Work per route');
+    expect(page).toMatch(
+      /<td class="mono" data-label="Route">r<\/td><td class="mono" data-label="Lane">r<\/td><td data-label="Status"><span class="status status-processing">processing<\/span><div class="muted">lease held by drain-1/,
+    );
+    expect(page).toContain('<input type="hidden" name="route" value="r"/>');
+    const res = await fetch(`${app.url}/admin/events/${ids.dead}/replay`, {
+      method: 'POST',
+      headers: { cookie: cookie!, 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ csrf: csrfOf(page), route: 'nope' }).toString(),
+      redirect: 'manual',
+    });
+    expect(res.status).toBe(303);
+    expect(res.headers.get('location')).toMatch(new RegExp(`^/admin/events/${ids.dead}\\?done=`));
+    const shown = await (await fetch(new URL(res.headers.get('location')!, app.url), { headers: { cookie: cookie! } })).text();
+    expect(shown).toContain(`Nothing was replayed: event ${ids.dead} has no route &quot;nope&quot; (its routes: &quot;mail&quot;).`);
+    expect(await (await api(`/events/${ids.dead}`, { headers: bearer })).json()).toMatchObject({ status: 'dead', units: [{ route: 'mail', status: 'dead' }] });
+  });
+
   it('POST /replay-dead replays every dead event', async () => {
     const res = await api('/replay-dead', { method: 'POST', headers: bearer });
     expect(res.status).toBe(200);

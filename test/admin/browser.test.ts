@@ -243,7 +243,11 @@ describe.skipIf(!available)('admin pages in a browser', () => {
   it('replays with force once: a reload or a step back sends nothing again', async () => {
     const url = `${serve.url}/admin/events/${ids.evt_paid_1402}`;
     await page.goto(url);
-    await page.getByLabel(/I understand/).check();
+    // The event's own box (each route has one too, for its own replay).
+    await page
+      .locator('section[aria-labelledby="actions"]')
+      .getByLabel(/I understand/)
+      .check();
     await page.getByRole('button', { name: /with force/ }).click();
     await page.waitForURL(/\?done=/);
     expect(await page.getByRole('status').textContent()).toMatch(/Replayed event \d+ \(was done\)[^]*Forced/);

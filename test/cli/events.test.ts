@@ -530,6 +530,99 @@ describe('receiver events', () => {
     });
   });
 
+  describe("show: each route's unit of work", () => {
+    const own = tempDir();
+    let config: string;
+    let id: number;
+    beforeAll(() => {
+      config = writeConfig(own.dir, { sources: { stripe: { provider: 'stripe', secret: 'whsec_test' } } });
+      const db = seedDb(join(own.dir, 'receiver.db'));
+      id = insertEvent(db, { deliveryId: 'evt_lanes', status: 'pending', receivedAt: t0, attempts: 3, nextAttemptAt: t0 + 60_000 });
+      const unit = db.prepare(
+        `INSERT INTO units (event_id, route, lane, status, attempts, next_attempt_at, lease_owner, lease_expires_at, last_error, replays, finished_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      );
+      unit.run(id, 'deploy', 'deploys', 'dead', 3, t0 + 5000, null, null, 'exit status 1: deploy failed', 0, t0 + 9000);
+      unit.run(id, 'licence', 'licence', 'pending', 1, t0 + 60_000, null, null, 'smtp 421', 1, null);
+      unit.run(id, 'crm', 'crm', 'processing', 2, t0, 'drain-7', t0 + 90_000, null, 0, null);
+      unit.run(id, 'audit', 'audit', 'done', 1, t0, null, null, null, 0, t0 + 2000);
+      db.prepare(`UPDATE events SET planned = 1 WHERE id = ?`).run(id);
+      db.close();
+    });
+    afterAll(own.cleanup);
+
+    const iso = (ms: number) => new Date(ms).toISOString();
+
+    it('--json: route, lane, status, attempts, next attempt (pending only), last error, lease (processing only), replays; the derived status as it was', async () => {
+      const e = JSON.parse((await runInProcess(['events', 'show', '-c', config, String(id), '--json'])).stdout);
+      expect(e.status).toBe('pending');
+      expect(e.units).toEqual([
+        {
+          route: 'deploy',
+          lane: 'deploys',
+          status: 'dead',
+          attempts: 3,
+          nextAttemptAt: null,
+          lastError: 'exit status 1: deploy failed',
+          leaseOwner: null,
+          leaseExpiresAt: null,
+          replays: 0,
+          finishedAt: iso(t0 + 9000),
+        },
+        {
+          route: 'licence',
+          lane: 'licence',
+          status: 'pending',
+          attempts: 1,
+          nextAttemptAt: iso(t0 + 60_000),
+          lastError: 'smtp 421',
+          leaseOwner: null,
+          leaseExpiresAt: null,
+          replays: 1,
+          finishedAt: null,
+        },
+        {
+          route: 'crm',
+          lane: 'crm',
+          status: 'processing',
+          attempts: 2,
+          nextAttemptAt: null,
+          lastError: null,
+          leaseOwner: 'drain-7',
+          leaseExpiresAt: iso(t0 + 90_000),
+          replays: 0,
+          finishedAt: null,
+        },
+        {
+          route: 'audit',
+          lane: 'audit',
+          status: 'done',
+          attempts: 1,
+          nextAttemptAt: null,
+          lastError: null,
+          leaseOwner: null,
+          leaseExpiresAt: null,
+          replays: 0,
+          finishedAt: iso(t0 + 2000),
+        },
+      ]);
+    });
+
+    it('text: one line per route under the derived status', async () => {
+      const out = (await runInProcess(['events', 'show', '-c', config, String(id)])).stdout;
+      const start = out.indexOf('units (');
+      expect(start).toBeGreaterThan(out.indexOf('  status:     pending'));
+      expect(out.slice(start, out.indexOf('headers:')).trimEnd().split('\n')).toEqual([
+        'units (one per route; the status above is derived from them):',
+        '  ROUTE    LANE     STATUS      ATTEMPTS         NEXT                                          LAST ERROR',
+        '  deploy   deploys  dead        3                                                              exit status 1: deploy failed',
+        `  licence  licence  pending     1 (1 replay(s))  ${iso(t0 + 60_000)}                      smtp 421`,
+        `  crm      crm      processing  2                lease drain-7 until ${iso(t0 + 90_000)}`,
+        '  audit    audit    done        1',
+      ]);
+    });
+  });
+
   it('show: an unknown id is exit 1, a malformed one exit 2', async () => {
     const unknown = await runCli(['events', 'show', '-c', config, '99999', '--json']);
     expect(unknown.code).toBe(1);

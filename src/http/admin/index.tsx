@@ -169,31 +169,34 @@ export function createAdmin(options: AdminOptions): Hono<AdminEnv> {
     return c.json(statsJson(await store.stats(at), config, at));
   });
 
-  /** `{"force": true}`, or no body at all. */
-  async function forceFrom(c: Context): Promise<boolean> {
+  /** `{"force": true, "route": "licence"}` (both optional), or no body at all. */
+  async function replayBody(c: Context): Promise<{ force: boolean; route?: string }> {
     const text = await c.req.text();
-    if (text.trim() === '') return false;
+    if (text.trim() === '') return { force: false };
     let body: unknown;
     try {
       body = JSON.parse(text);
     } catch {
-      throw new ReceiverError('usage', 'the body must be JSON: {"force": true}, {} or nothing');
+      throw new ReceiverError('usage', 'the body must be JSON: {"force": true}, {"route": "<name>"}, {} or nothing');
     }
     if (body === null || typeof body !== 'object' || Array.isArray(body))
-      throw new ReceiverError('usage', 'the body must be a JSON object: {"force": true}, {} or nothing');
-    const force = (body as Record<string, unknown>).force;
+      throw new ReceiverError('usage', 'the body must be a JSON object: {"force": true}, {"route": "<name>"}, {} or nothing');
+    const { force, route } = body as Record<string, unknown>;
     if (force !== undefined && typeof force !== 'boolean') throw new ReceiverError('usage', '"force" must be true or false');
-    return force === true;
+    if (route !== undefined && (typeof route !== 'string' || route === '')) throw new ReceiverError('usage', '"route" must be a route name');
+    return { force: force === true, ...(route === undefined ? {} : { route }) };
   }
 
   admin.post('/api/events/:id/replay', async (c) => {
     const id = eventId(c.req.param('id'));
-    const result = await store.replayEvents([id], { force: await forceFrom(c), now: now() });
+    const result = await store.replayEvents([id], { ...(await replayBody(c)), now: now() });
     return c.json(replayJson(result), replayStatus(result));
   });
 
   admin.post('/api/replay-dead', async (c) => {
-    const result = await store.replayDead({ force: await forceFrom(c), now: now() });
+    const { force, route } = await replayBody(c);
+    if (route !== undefined) throw new ReceiverError('usage', '"route" replays one route of one event: POST /admin/api/events/<id>/replay');
+    const result = await store.replayDead({ force, now: now() });
     return c.json(replayJson(result), replayStatus(result));
   });
 
@@ -385,13 +388,15 @@ export function createAdmin(options: AdminOptions): Hono<AdminEnv> {
     const id = eventId(c.req.param('id'));
     const form = await c.req.parseBody();
     const force = form.force === '1';
+    // A route's own button replays that route alone (its unit); the store refuses a route the event does not have.
+    const route = typeof form.route === 'string' && form.route !== '' ? form.route : undefined;
     const page = `${ADMIN}/events/${id}`;
     // Force re-sends what was already done: it needs the confirmation box ticked, checked
     // here too (the form's `required` is only the browser's courtesy).
     if (force && form.confirm !== 'yes') {
       return doneRedirect(c, page, { tone: 'bad', text: 'Replay with force needs its confirmation box ticked; nothing was replayed.' });
     }
-    return doneRedirect(c, page, replayOutcome(replayJson(await store.replayEvents([id], { force, now: now() }))));
+    return doneRedirect(c, page, replayOutcome(replayJson(await store.replayEvents([id], { force, now: now(), route }))));
   });
 
   // The overview also answers at /admin/ (the sub-application's root is /admin); any other

@@ -46,6 +46,9 @@ form.inline { display: inline; }
 .actions { display: flex; flex-wrap: wrap; gap: 1.5rem; align-items: flex-start; }
 .actions form { border: 1px solid var(--line); border-radius: 6px; padding: .6rem .8rem; max-width: 30rem; }
 label.check { display: flex; gap: .5rem; align-items: flex-start; margin: .4rem 0; }
+td.replay form { margin: 0 0 .3rem; }
+td.replay details { max-width: 22rem; }
+td.replay summary { cursor: pointer; color: var(--muted); font-size: 13px; }
 .pager { display: flex; gap: 1.5rem; margin: .8rem 0; }
 .muted { color: var(--muted); }
 figure { margin: 0; }

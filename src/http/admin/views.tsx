@@ -137,18 +137,23 @@ export function replayOutcome(result: Replay, dead = false): Omit<Outcome, 'at'>
         ? `event ${r.id} does not exist (never received, or purged)`
         : r.reason === 'processing'
           ? `event ${r.id} is being processed right now (lease held by ${t(r.leaseOwner ?? 'unknown')} until ${r.leaseExpiresAt ?? 'unknown'}); try again when it finishes`
-          : `event ${r.id} has no body any more (dropped by purge --bodies-days), so its effects cannot run again`,
+          : r.reason === 'no_route'
+            ? `event ${r.id} has no route "${t(r.route)}" (its routes: ${(r.routes ?? []).map((x) => `"${t(x)}"`).join(', ') || 'none'})`
+            : `event ${r.id} has no body any more (dropped by purge --bodies-days), so its effects cannot run again`,
     );
     const shown = reasons.slice(0, 10).join('; ');
     return { tone: 'bad', text: `Nothing was replayed: ${shown}${reasons.length > 10 ? `; and ${reasons.length - 10} more` : ''}.` };
   }
   if (result.replayed.length === 0) return { tone: 'neutral', text: dead ? 'No dead events to replay.' : 'Nothing was replayed.' };
   const forced = result.replayed.some((e) => e.force);
+  const one = result.replayed.length === 1 ? result.replayed[0]! : undefined;
   const which =
-    result.replayed.length === 1 ? `event ${result.replayed[0]!.id} (was ${result.replayed[0]!.previousStatus})` : `${result.replayed.length} events`;
+    one === undefined
+      ? `${result.replayed.length} events`
+      : `${one.route === undefined ? '' : `route ${t(one.route)} of `}event ${one.id} (was ${one.previousStatus})`;
   return {
     tone: 'good',
-    text: `Replayed ${which}: back to pending, with a fresh retry count; the running server drains it within seconds. ${forced ? 'Forced: effects already done run again, recorded as forced.' : 'Effects already done stay skipped.'}`,
+    text: `Replayed ${which}: back to pending, with a fresh retry count${one?.route === undefined ? '' : '; its other routes stay as they are'}; the running server drains it within seconds. ${forced ? 'Forced: effects already done run again, recorded as forced.' : 'Effects already done stay skipped.'}`,
   };
 }
 
@@ -526,6 +531,87 @@ function EventActions({ id, csrf }: { id: number; csrf: string }) {
   );
 }
 
+/**
+ * Each route's unit of work, with a replay of that route alone (its other routes stay as
+ * they are). Force re-sends what that route already did, so it sits behind its own
+ * confirmation box, as the event's does.
+ */
+function UnitsSection({ e, csrf }: { e: Detail; csrf: string }) {
+  if (e.units.length === 0) return null;
+  const action = `${ADMIN}/events/${e.id}/replay`;
+  return (
+    <section aria-labelledby="units">
+      <h2 id="units">Work per route</h2>
+      <table class="stack units">
+        <caption>One unit of work per route; the event's status is derived from them. Each route runs in its lane, one unit at a time.</caption>
+        <thead>
+          <tr>
+            <th scope="col">Route</th>
+            <th scope="col">Lane</th>
+            <th scope="col">Status</th>
+            <th scope="col" class="num">
+              Attempts
+            </th>
+            <th scope="col">Next attempt (UTC)</th>
+            <th scope="col">Last error</th>
+            <th scope="col">Replay</th>
+          </tr>
+        </thead>
+        <tbody>
+          {e.units.map((u, i) => (
+            <tr>
+              <td class="mono" data-label="Route">
+                {t(u.route)}
+              </td>
+              <td class="mono" data-label="Lane">
+                {t(u.lane)}
+              </td>
+              <td data-label="Status">
+                <Status status={u.status} />
+                {u.status === 'processing' ? (
+                  <div class="muted">
+                    lease held by {t(u.leaseOwner ?? '?')} until {when(u.leaseExpiresAt)}
+                  </div>
+                ) : null}
+              </td>
+              <td class="num" data-label="Attempts">
+                {u.attempts}
+                {u.replays > 0 ? <span class="muted"> ({u.replays} replay(s))</span> : null}
+              </td>
+              <td data-label="Next attempt">{u.nextAttemptAt === null ? null : when(u.nextAttemptAt)}</td>
+              <td class="wrap" data-label="Last error">
+                {t(u.lastError)}
+              </td>
+              <td class="replay" data-label="Replay">
+                <form method="post" action={action}>
+                  <Csrf token={csrf} />
+                  <input type="hidden" name="route" value={u.route} />
+                  <button type="submit">Replay route {t(u.route)}</button>
+                </form>
+                <details>
+                  <summary>With force</summary>
+                  <form method="post" action={action}>
+                    <Csrf token={csrf} />
+                    <input type="hidden" name="route" value={u.route} />
+                    <input type="hidden" name="force" value="1" />
+                    <label class="check" for={`confirm-force-${i}`}>
+                      <input id={`confirm-force-${i}`} type="checkbox" name="confirm" value="yes" required />
+                      <span>I understand: force runs this route's effect again even where its key is already done. The attempt is recorded as forced.</span>
+                    </label>
+                    <button type="submit" class="danger">
+                      Replay route {t(u.route)} with force
+                    </button>
+                  </form>
+                </details>
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
+  );
+}
+
 function AttemptRows({ e }: { e: Detail }) {
   return (
     <>
@@ -634,6 +720,8 @@ export function EventPage(props: { event: Detail; conflicts: ConflictRow[]; csrf
           </>
         ) : null}
       </dl>
+
+      <UnitsSection e={e} csrf={props.csrf} />
 
       <EventActions id={e.id} csrf={props.csrf} />
 

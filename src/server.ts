@@ -16,6 +16,7 @@ import { assertReloadable, configChanges, type ConfigChanges } from './config/ch
 import { isPostgresUrl } from './config/database.js';
 import { describeConfig } from './config/describe.js';
 import { ReceiverError } from './errors.js';
+import { laneOf } from './effects/routes.js';
 import type { Drain } from './drain/loop.js';
 import { startDrainThread } from './drain/thread.js';
 import { createApp } from './http/app.js';
@@ -79,14 +80,17 @@ export interface Receiver {
  * The queue gauges of GET /metrics, read from the store at scrape time with its cheap
  * queueStats() (never stats(), which scans every event).
  */
-export function queueSnapshot(store: Pick<Store, 'queueStats'>, now: () => number = Date.now): () => Promise<QueueSnapshot> {
+export function queueSnapshot(store: Pick<Store, 'queueStats' | 'laneStats'>, now: () => number = Date.now): () => Promise<QueueSnapshot> {
   return async () => {
-    const q = await store.queueStats();
+    const [q, lanes] = await Promise.all([store.queueStats(), store.laneStats()]);
+    const at = now();
+    const age = (receivedAt: number | null) => (receivedAt === null ? null : Math.max(0, (at - receivedAt) / 1000));
     return {
       pending: q.pending,
       processing: q.processing,
       dead: q.dead,
-      oldestPendingAgeSeconds: q.oldestPendingReceivedAt === null ? null : Math.max(0, (now() - q.oldestPendingReceivedAt) / 1000),
+      oldestPendingAgeSeconds: age(q.oldestPendingReceivedAt),
+      lanes: lanes.map((l) => ({ lane: l.lane, pending: l.pending, running: l.running, oldestPendingAgeSeconds: age(l.oldestPendingReceivedAt) })),
     };
   };
 }
@@ -203,6 +207,7 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
   const metrics = new ReceiverMetrics({
     sources: config.sources.keys(),
     routes: config.routes.map((r) => r.name),
+    lanes: config.routes.map(laneOf),
     queue: queueSnapshot(store, now),
     processMetrics: options.processMetrics === true,
     catchUpSources: config.catchUp.keys(),
@@ -317,7 +322,12 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
     // Built before anything is swapped: a failure here leaves the old configuration running.
     const nextApp = appFor(next, loadedAt);
     for (const w of startupWarnings(next)) logger.warn(w.fields, w.message);
-    metrics.configure({ sources: next.sources.keys(), routes: next.routes.map((r) => r.name), catchUpSources: next.catchUp.keys() });
+    metrics.configure({
+      sources: next.sources.keys(),
+      routes: next.routes.map((r) => r.name),
+      lanes: next.routes.map(laneOf),
+      catchUpSources: next.catchUp.keys(),
+    });
     app = nextApp;
     Object.assign(server, serverTimeouts(next));
     drain?.reconfigure(next, env);

@@ -33,6 +33,14 @@ function verdict(s: ReturnType<typeof statsJson>['sources'][number], dbAgeHours:
   return ', younger than the horizon: no older event of this source is stored (a new or quiet source, or events purged with --force)';
 }
 
+/** 75 -> "1 min 15 s": how long a lane's oldest pending unit has waited. */
+function ageText(seconds: number): string {
+  if (seconds < 60) return `${seconds} s`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
+  if (seconds < 172_800) return `${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min`;
+  return `${Math.floor(seconds / 86_400)} d ${Math.floor((seconds % 86_400) / 3600)} h`;
+}
+
 function describe(j: ReturnType<typeof statsJson>): string {
   const out = [
     `events: ${j.events.total} (pending ${j.events.pending}, processing ${j.events.processing}, done ${j.events.done}, dead ${j.events.dead})`,
@@ -47,6 +55,13 @@ function describe(j: ReturnType<typeof statsJson>): string {
   out.push(j.alerts.length === 0 ? 'open alerts: none' : `open alerts: ${j.alerts.length}`);
   for (const a of j.alerts) out.push(`  ${a.kind} since ${a.firedAt}: ${printable(a.summary)}`);
   if (j.dead > 0) out.push(`dead: ${j.dead} event(s); see \`receiver events list --status dead\`, then \`receiver replay --dead\``);
+  if (j.lanes.length > 0) out.push('lanes (units of work: one route of one event):');
+  for (const l of j.lanes) {
+    const routes = l.routes.length === 1 && l.routes[0] === l.lane ? '' : l.routes.length === 0 ? ' (not configured any more)' : ` (${l.routes.join(', ')})`;
+    const oldest =
+      l.oldestPendingAgeSeconds === null ? '' : `, oldest pending received ${l.oldestPendingReceivedAt} (${ageText(l.oldestPendingAgeSeconds)} ago)`;
+    out.push(`  ${printable(l.lane)}${printable(routes)}: pending ${l.pending}, running ${l.running}${oldest}`);
+  }
   out.push('oldest key per source (against its retry horizon):');
   if (j.sources.length === 0) out.push('  (no sources)');
   const dbAgeHours = j.firstEventAt === null ? null : hours(Date.parse(j.at!) - Date.parse(j.firstEventAt));

@@ -40,6 +40,17 @@ export interface QueueSnapshot {
   dead: number;
   /** Age in seconds of the oldest pending event, or null with none pending. */
   oldestPendingAgeSeconds: number | null;
+  /** Each lane with pending or running units. */
+  lanes?: readonly LaneSnapshot[];
+}
+
+/** One lane's work, as the store says it at scrape time. */
+export interface LaneSnapshot {
+  lane: string;
+  pending: number;
+  running: number;
+  /** Age in seconds of the event of the lane's oldest pending unit, or null with none pending. */
+  oldestPendingAgeSeconds: number | null;
 }
 
 /** One try of one effect, as the drain reports it (its AttemptOutcome). */
@@ -61,6 +72,8 @@ export interface MetricsOptions {
   sources?: Iterable<string>;
   /** Configured route names, for the same reason. */
   routes?: Iterable<string>;
+  /** The configured routes' lanes: their receiver_lane_* gauges read 0 while nothing waits or runs in them. */
+  lanes?: Iterable<string>;
   /** Read at every scrape; a failure sets receiver_database_up to 0 and keeps the last values. */
   queue?: () => Promise<QueueSnapshot> | QueueSnapshot;
   /** Node process metrics (memory, CPU, event loop lag). Off in tests that make many apps. */
@@ -110,8 +123,9 @@ export class ReceiverMetrics {
   readonly #reloads: Counter<'result'>;
   readonly #configLoaded: Gauge;
   readonly #alerts: Counter<'kind' | 'status' | 'destination' | 'result'>;
+  #lanes = new Set<string>();
 
-  constructor({ sources = [], routes = [], queue, processMetrics = false, catchUpSources = [], logLinesDropped }: MetricsOptions = {}) {
+  constructor({ sources = [], routes = [], lanes = [], queue, processMetrics = false, catchUpSources = [], logLinesDropped }: MetricsOptions = {}) {
     const registers = [this.registry];
     this.#deliveries = new Counter({
       name: 'receiver_deliveries_total',
@@ -190,7 +204,7 @@ export class ReceiverMetrics {
       labelNames: ['kind', 'status', 'destination', 'result'],
       registers,
     });
-    this.configure({ sources, routes, catchUpSources });
+    this.configure({ sources, routes, lanes, catchUpSources });
 
     if (queue !== undefined) {
       // registry.metrics() calls every collect() at once: the three gauges share one read.
@@ -203,6 +217,16 @@ export class ReceiverMetrics {
             if (q.processing !== undefined) events.set({ status: 'processing' }, q.processing);
             events.set({ status: 'dead' }, q.dead);
             oldest.set(q.oldestPendingAgeSeconds ?? 0);
+            if (q.lanes !== undefined) {
+              // A lane neither configured nor busy any more drops out; a configured one reads 0.
+              for (const g of [lanePending, laneRunning, laneOldest]) g.reset();
+              for (const lane of this.#lanes) for (const g of [lanePending, laneRunning, laneOldest]) g.set({ lane }, 0);
+              for (const l of q.lanes) {
+                lanePending.set({ lane: l.lane }, l.pending);
+                laneRunning.set({ lane: l.lane }, l.running);
+                laneOldest.set({ lane: l.lane }, l.oldestPendingAgeSeconds ?? 0);
+              }
+            }
             up.set(1);
           } catch {
             up.set(0);
@@ -218,6 +242,27 @@ export class ReceiverMetrics {
       const oldest = new Gauge({
         name: 'receiver_oldest_pending_age_seconds',
         help: 'Age of the oldest pending event (0 when none is pending); a growing value means the drain is stuck or failing',
+        registers,
+        collect,
+      });
+      const lanePending = new Gauge({
+        name: 'receiver_lane_pending',
+        help: 'Units of work (one route of one event) waiting in each lane, for their turn or their retry, read from the database at scrape time',
+        labelNames: ['lane'],
+        registers,
+        collect,
+      });
+      const laneRunning = new Gauge({
+        name: 'receiver_lane_running',
+        help: 'Units of work claimed in each lane (running, or left to a lease that has not run out yet), read at scrape time; at most 1 per lane',
+        labelNames: ['lane'],
+        registers,
+        collect,
+      });
+      const laneOldest = new Gauge({
+        name: 'receiver_lane_oldest_pending_seconds',
+        help: "Age of the event of each lane's oldest pending unit (0 when none is pending); a growing value means the lane is stuck behind a slow or failing effect",
+        labelNames: ['lane'],
         registers,
         collect,
       });
@@ -243,7 +288,8 @@ export class ReceiverMetrics {
    * The configured names (at start and after a reload): their series start at 0. A name
    * no longer configured keeps its series, with what it counted.
    */
-  configure({ sources = [], routes = [], catchUpSources = [] }: Pick<MetricsOptions, 'sources' | 'routes' | 'catchUpSources'>): void {
+  configure({ sources = [], routes = [], lanes = [], catchUpSources = [] }: Pick<MetricsOptions, 'sources' | 'routes' | 'lanes' | 'catchUpSources'>): void {
+    this.#lanes = new Set(lanes);
     for (const source of catchUpSources) {
       for (const result of CATCH_UP_RESULTS) this.#catchUpRuns.labels(source, result).inc(0);
       for (const outcome of CATCH_UP_OUTCOMES) this.#catchUpEvents.labels(source, outcome).inc(0);

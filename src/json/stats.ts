@@ -2,6 +2,7 @@ import type { Config } from '../config/load.js';
 import type { StoreStats } from '../store/ops-types.js';
 import type { CatchUpState } from '../store/catch-up-types.js';
 import type { AlertRecord } from '../store/alert-types.js';
+import { laneOf } from '../effects/routes.js';
 
 const HOUR_MS = 3_600_000;
 const DAY_MS = 86_400_000;
@@ -17,6 +18,26 @@ const days = (ms: number) => Math.round((ms / DAY_MS) * 10) / 10;
 function databaseSince(s: StoreStats): number | null {
   if (s.firstEventReceivedAt === null) return null;
   return Math.min(s.firstEventReceivedAt, ...s.sources.map((x) => x.oldestReceivedAt));
+}
+
+/** Each lane: the routes configured in it, its pending and running units, and how long its oldest pending unit's event has waited. */
+function lanesJson(s: StoreStats, config: Config, now: number) {
+  const routes = new Map<string, string[]>();
+  for (const r of config.routes) routes.set(laneOf(r), [...(routes.get(laneOf(r)) ?? []), r.name]);
+  const seen = new Map(s.lanes.map((l) => [l.lane, l]));
+  return [...new Set([...routes.keys(), ...seen.keys()])].sort().map((lane) => {
+    const l = seen.get(lane);
+    const oldest = l?.oldestPendingReceivedAt ?? null;
+    return {
+      lane,
+      routes: routes.get(lane) ?? [],
+      configured: routes.has(lane),
+      pending: l?.pending ?? 0,
+      running: l?.running ?? 0,
+      oldestPendingReceivedAt: iso(oldest),
+      oldestPendingAgeSeconds: oldest === null ? null : Math.max(0, Math.round((now - oldest) / 1000)),
+    };
+  });
 }
 
 /** The JSON document of `stats --json` (and of the admin API's stats route; the overview page renders it). */
@@ -57,6 +78,8 @@ export function statsJson(s: StoreStats, config: Config, now: number, catchUp: r
       oldestFinishedAt: iso(s.ledger.oldestFinishedAt),
       oldestFinishedAgeDays: s.ledger.oldestFinishedAt === null ? null : days(now - s.ledger.oldestFinishedAt),
     },
+    // Every configured route's lane, and any other with work waiting or running: what waits, what runs.
+    lanes: lanesJson(s, config, now),
     // Sources with catchUp configured, and any that ran before: where each stands.
     catchUp: [...new Set([...config.catchUp.keys(), ...catchUp.map((c) => c.source)])].sort().map((name) => {
       const c = catchUp.find((x) => x.source === name);

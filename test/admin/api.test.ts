@@ -440,6 +440,10 @@ describe('admin HTTP', () => {
     expect(html).toMatch(/<td class="mono" data-label="Route">mail<\/td><td class="num" data-label="Failed attempts">1<\/td>/);
     expect(html).toContain('conflicting deliveries');
     expect(html).toMatch(/<div class="value">5 h 0 min<\/div><div class="label">oldest pending event waits/);
+    // Lanes: the seeded claim's unit runs in lane "r", a route this configuration does not have.
+    expect(html).toMatch(
+      /<td class="mono" data-label="Lane">r<\/td><td class="mono wrap" data-label="Routes"><span class="muted">not configured any more<\/span><\/td><td class="num" data-label="Pending">0<\/td><td class="num" data-label="Running">1<\/td><td data-label="Oldest pending waits"><span class="muted">none pending<\/span><\/td>/,
+    );
   });
 });
 

@@ -157,13 +157,25 @@ describe.skipIf(!available)('admin event page: work per route, and a replay of o
     expect(e.status).toBe('done');
   });
 
-  it('lays out the event page at 390 px without scrolling sideways, the force box open', async () => {
+  it('the overview shows each lane: its routes, pending and running units, and how long its oldest pending one waits', async () => {
+    await page.goto(`${serve.url}/admin/`);
+    const rows = page.locator('section[aria-labelledby="lanes"] tbody tr');
+    const cells = async (i: number) => (await rows.nth(i).locator('td').allTextContents()).map((c) => c.trim());
+    expect(await rows.count()).toBe(2);
+    expect(await cells(0)).toEqual(['deploys', 'deploy', '0', '0', 'none pending']);
+    expect(await cells(1)).toEqual(['licence', 'licence', '0', '0', 'none pending']);
+  });
+
+  it('lays out the event page (the force box open) and the overview at 390 px without scrolling sideways', async () => {
     const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, storageState: await page.context().storageState() });
     try {
       const p = await phone.newPage();
       await p.goto(url);
       for (const summary of await p.getByText('With force', { exact: true }).all()) await summary.click();
       expect(await p.getByRole('button', { name: 'Replay route licence with force' }).isVisible()).toBe(true);
+      expect(await p.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+      await p.goto(`${serve.url}/admin/`);
+      expect(await p.locator('section[aria-labelledby="lanes"]').isVisible()).toBe(true);
       expect(await p.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
     } finally {
       await phone.close();

@@ -97,6 +97,8 @@ describe('receiver stats', () => {
         oldestFinishedAgeDays: 2,
       },
       catchUp: [],
+      // The seeded claims are on units of route "r", which this configuration does not have.
+      lanes: [{ lane: 'r', routes: [], configured: false, pending: 0, running: 2, oldestPendingReceivedAt: null, oldestPendingAgeSeconds: null }],
     });
     // Two pages at least (the table and its key index).
     expect(s.ledger.bytes).toBeGreaterThanOrEqual(8192);
@@ -158,5 +160,60 @@ describe('receiver stats', () => {
     const s = JSON.parse(r.stdout) as { at: string; sources: { source: string; oldestKeyAgeHours: number | null; keysCoverHorizon: boolean | null }[] };
     expect(s.at).toBe(new Date(later).toISOString());
     expect(s.sources.find((x) => x.source === 'stripe')).toMatchObject({ oldestKeyAgeHours: 110, keysCoverHorizon: true });
+  });
+});
+
+describe('receiver stats: lanes', () => {
+  const tmp = tempDir();
+  let config: string;
+  const now = Date.UTC(2026, 5, 1, 12);
+
+  beforeAll(() => {
+    config = writeConfig(tmp.dir, {
+      sources: { shop: { provider: 'none', deliveryId: '{body.id}' } },
+      routes: [
+        { name: 'deploy', source: 'shop', key: '{body.id}', lane: 'deploys', effect: { exec: ['/bin/true'] } },
+        { name: 'migrate', source: 'shop', key: '{body.id}', lane: 'deploys', effect: { exec: ['/bin/true'] } },
+        { name: 'licence', source: 'shop', key: '{body.id}', effect: { exec: ['/bin/true'] } },
+      ],
+    });
+    const db = seedDb(join(tmp.dir, 'receiver.db'));
+    const unit = db.prepare(`INSERT INTO units (event_id, route, lane, status, next_attempt_at, lease_owner, lease_expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`);
+    const a = insertEvent(db, { source: 'shop', deliveryId: 'a', status: 'processing', receivedAt: now - 2 * HOUR });
+    const b = insertEvent(db, { source: 'shop', deliveryId: 'b', status: 'pending', receivedAt: now - 75_000 });
+    const c = insertEvent(db, { source: 'shop', deliveryId: 'c', status: 'pending', receivedAt: now - 1000 });
+    unit.run(a, 'deploy', 'deploys', 'processing', now, 'drain-1', now + 30_000);
+    unit.run(a, 'migrate', 'deploys', 'done', now, null, null);
+    unit.run(b, 'deploy', 'deploys', 'pending', now, null, null);
+    unit.run(c, 'migrate', 'deploys', 'pending', now, null, null);
+    unit.run(a, 'licence', 'licence', 'done', now, null, null);
+    db.close();
+  });
+  afterAll(tmp.cleanup);
+
+  it('--json: every configured lane with its routes, pending and running units, and the age of its oldest pending one', async () => {
+    const r = await runInProcess(['stats', '-c', config, '--json'], { now: () => now });
+    expect(JSON.parse(r.stdout).lanes).toEqual([
+      {
+        lane: 'deploys',
+        routes: ['deploy', 'migrate'],
+        configured: true,
+        pending: 2,
+        running: 1,
+        oldestPendingReceivedAt: new Date(now - 75_000).toISOString(),
+        oldestPendingAgeSeconds: 75,
+      },
+      { lane: 'licence', routes: ['licence'], configured: true, pending: 0, running: 0, oldestPendingReceivedAt: null, oldestPendingAgeSeconds: null },
+    ]);
+  });
+
+  it('text: one line per lane', async () => {
+    const out = (await runInProcess(['stats', '-c', config], { now: () => now })).stdout;
+    const start = out.indexOf('lanes (');
+    expect(out.slice(start).split('\n').slice(0, 3)).toEqual([
+      'lanes (units of work: one route of one event):',
+      `  deploys (deploy, migrate): pending 2, running 1, oldest pending received ${new Date(now - 75_000).toISOString()} (1 min 15 s ago)`,
+      '  licence: pending 0, running 0',
+    ]);
   });
 });

@@ -52,8 +52,8 @@ describe('GET /metrics on a real server (in process, real SQLite file)', () => {
       tmp.dir,
     );
     // serve's own adapter over the store's queueStats(), read at every scrape.
-    const queue = queueSnapshot({ queueStats: () => app.store.queueStats() });
-    metrics = new ReceiverMetrics({ sources: config.sources.keys(), routes: ['r1'], queue });
+    const queue = queueSnapshot({ queueStats: () => app.store.queueStats(), laneStats: () => app.store.laneStats() });
+    metrics = new ReceiverMetrics({ sources: config.sources.keys(), routes: ['r1'], lanes: ['deploys', 'licence', 'mail'], queue });
     app = await startApp(config, { onOutcome: (o) => metrics.observeDelivery(o), extend: metricsRoute(metrics) });
   });
   afterEach(async () => app.close());
@@ -109,6 +109,56 @@ describe('GET /metrics on a real server (in process, real SQLite file)', () => {
     const age = m.get('receiver_oldest_pending_age_seconds')!;
     expect(age).toBeGreaterThanOrEqual(600);
     expect(age).toBeLessThan(660);
+  });
+
+  it("reads each lane's pending and running units and its oldest pending age at scrape time; a configured lane reads 0, one gone quiet and unconfigured drops out", async () => {
+    const lane = (m: Map<string, number>, name: string, l: string) => m.get(`${name}{lane="${l}"}`);
+    const empty = await scrape(app.url);
+    for (const l of ['deploys', 'licence', 'mail']) {
+      expect([
+        lane(empty, 'receiver_lane_pending', l),
+        lane(empty, 'receiver_lane_running', l),
+        lane(empty, 'receiver_lane_oldest_pending_seconds', l),
+      ]).toEqual([0, 0, 0]);
+    }
+
+    for (const id of ['p1', 'p2', 'p3']) expect((await deliver(`{"id":"${id}"}`)).status).toBe(202);
+    // Move time in SQL: p1 arrived 10 minutes ago.
+    app.store.db.prepare(`UPDATE events SET received_at = received_at - 600000 WHERE delivery_id = 'p1'`).run();
+    const [p1, p2, p3] = (await app.store.unplannedEvents(10)).map((e) => e.id);
+    const now = Date.now();
+    await app.store.planEvents(
+      [
+        {
+          eventId: p1!,
+          units: [
+            { route: 'deploy', lane: 'deploys' },
+            { route: 'licence', lane: 'licence' },
+          ],
+          decisions: '',
+        },
+        { eventId: p2!, units: [{ route: 'deploy', lane: 'deploys' }], decisions: '' },
+        { eventId: p3!, units: [{ route: 'old', lane: 'legacy' }], decisions: '' },
+      ],
+      now,
+    );
+    // p1's deploy runs; its licence and p2's deploy wait.
+    const claimed = await app.store.claimUnits('drain-1', now, 30_000, { busyLanes: ['licence', 'legacy'], lanes: 1, perLane: 1 });
+    expect(claimed.map((u) => [u.id, u.lane])).toEqual([[p1, 'deploys']]);
+
+    const m = await scrape(app.url);
+    expect([lane(m, 'receiver_lane_pending', 'deploys'), lane(m, 'receiver_lane_running', 'deploys')]).toEqual([1, 1]);
+    expect(lane(m, 'receiver_lane_oldest_pending_seconds', 'deploys')).toBeLessThan(60);
+    expect([lane(m, 'receiver_lane_pending', 'licence'), lane(m, 'receiver_lane_running', 'licence')]).toEqual([1, 0]);
+    expect(lane(m, 'receiver_lane_oldest_pending_seconds', 'licence')).toBeGreaterThanOrEqual(600);
+    expect(lane(m, 'receiver_lane_oldest_pending_seconds', 'licence')).toBeLessThan(660);
+    expect([lane(m, 'receiver_lane_pending', 'mail'), lane(m, 'receiver_lane_running', 'mail')]).toEqual([0, 0]);
+    expect(lane(m, 'receiver_lane_pending', 'legacy')).toBe(1);
+
+    app.store.db.prepare(`UPDATE units SET status = 'done' WHERE lane = 'legacy'`).run();
+    const after = await scrape(app.url);
+    expect([...after.keys()].filter((k) => k.includes('legacy'))).toEqual([]);
+    expect(lane(after, 'receiver_lane_pending', 'mail')).toBe(0);
   });
 
   it('reports receiver_database_up 0 when the queue cannot be read, and still answers', async () => {
@@ -347,6 +397,11 @@ describe('GET /metrics from `receiver serve` (child process)', () => {
       expect(m.get('receiver_events_settled_total{status="retry"}')).toBe(1);
       // The failed event waits for its retry (60 s away): pending again.
       expect(m.get('receiver_events{status="pending"}')).toBe(1);
+      // Its unit waits in its lane (each route is a lane of its own here); the other lane is idle at 0.
+      expect(m.get('receiver_lane_pending{lane="bad-route"}')).toBe(1);
+      expect(m.get('receiver_lane_running{lane="bad-route"}')).toBe(0);
+      expect(m.get('receiver_lane_pending{lane="ok-route"}')).toBe(0);
+      expect(m.get('receiver_lane_oldest_pending_seconds{lane="ok-route"}')).toBe(0);
       expect(deliveries(m, 'shop', 'accepted')).toBe(2);
     } finally {
       await serve.stop();

@@ -238,6 +238,48 @@ export function OverviewPage(props: { data: OverviewData; csrf: string; outcome?
           </form>
         ) : null}
       </section>
+      {s.lanes.length === 0 ? null : (
+        <section aria-labelledby="lanes">
+          <h2 id="lanes">Lanes</h2>
+          <table class="stack">
+            <caption>Each route runs in a lane, one unit of work (one route of one event) at a time; lanes run side by side.</caption>
+            <thead>
+              <tr>
+                <th scope="col">Lane</th>
+                <th scope="col">Routes</th>
+                <th scope="col" class="num">
+                  Pending
+                </th>
+                <th scope="col" class="num">
+                  Running
+                </th>
+                <th scope="col">Oldest pending waits</th>
+              </tr>
+            </thead>
+            <tbody>
+              {s.lanes.map((l) => (
+                <tr>
+                  <td class="mono" data-label="Lane">
+                    {t(l.lane)}
+                  </td>
+                  <td class="mono wrap" data-label="Routes">
+                    {l.routes.length === 0 ? <span class="muted">not configured any more</span> : l.routes.map(t).join(', ')}
+                  </td>
+                  <td class="num" data-label="Pending">
+                    {l.pending}
+                  </td>
+                  <td class="num" data-label="Running">
+                    {l.running}
+                  </td>
+                  <td data-label="Oldest pending waits">
+                    {l.oldestPendingAgeSeconds === null ? <span class="muted">none pending</span> : age(l.oldestPendingAgeSeconds * 1000)}
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </section>
+      )}
       <section aria-labelledby="chart">
         <h2 id="chart">Deliveries per hour, last 48 hours</h2>
         <DeliveriesChart buckets={props.data.buckets} />

@@ -15,6 +15,7 @@ import type { Config } from './config/load.js';
 import { assertReloadable, configChanges, type ConfigChanges } from './config/changes.js';
 import { isPostgresUrl } from './config/database.js';
 import { describeConfig } from './config/describe.js';
+import { effectsLongerThanGrace } from './config/grace.js';
 import { ReceiverError } from './errors.js';
 import { laneOf } from './effects/routes.js';
 import type { Drain } from './drain/loop.js';
@@ -112,9 +113,9 @@ export function serverTimeouts(config: Pick<Config, 'requestTimeoutSeconds'>) {
 
 /** What `serve` warns about at start: the configuration is valid but may hurt senders. */
 export function startupWarnings(
-  config: Pick<Config, 'sources' | 'routes' | 'database' | 'busyTimeoutMs' | 'catchUp'>,
+  config: Pick<Config, 'sources' | 'routes' | 'database' | 'busyTimeoutMs' | 'catchUp' | 'shutdownGraceSeconds'>,
 ): { fields: Record<string, unknown>; message: string }[] {
-  const warnings: { fields: Record<string, unknown>; message: string }[] = plainApiBases(config.catchUp);
+  const warnings: { fields: Record<string, unknown>; message: string }[] = [...plainApiBases(config.catchUp), ...effectsLongerThanGrace(config)];
   for (const source of config.sources.values()) {
     if (source.provider.name === 'none') {
       warnings.push({

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { describeConfig } from '../config/describe.js';
 import { isPostgresUrl } from '../config/database.js';
 import { assertRunnable } from '../config/check.js';
+import { effectsLongerThanGrace } from '../config/grace.js';
 import { exposedSecretFiles } from '../config/secret-files.js';
 import { configuredExposure } from '../config/service-user.js';
 import { plainApiBases } from '../catchup/warnings.js';
@@ -33,6 +34,7 @@ async function checkConfig(options: CheckConfigOptions, io: CliIo): Promise<void
   const exposure = configuredExposure(config);
   if (exposure !== undefined) io.stderr.write(`Warning: ${exposure.message}; ${exposure.fix}\n`);
   for (const w of plainApiBases(config.catchUp)) io.stderr.write(`Warning: ${w.message}\n`);
+  for (const w of effectsLongerThanGrace(config)) io.stderr.write(`Warning: ${w.message}\n`);
   const description = describeConfig(config);
   if (options.json === true) return printJson(io.stdout, description);
   const out: string[] = [`configuration ${description.file} is valid`, `database: ${description.database}`, `listen: ${description.listen}`, 'sources:'];

@@ -214,8 +214,12 @@ export const configSchema = z.strictObject({
   admin: z.strictObject({ token: secretRef }).optional(),
   /** Alerts to a chat, a mailbox or a command when routes fail, work is stuck, catch-up or ingest fails; absent: off. */
   alerts: alertsSchema.optional(),
-  /** SIGTERM: how long the running effect may finish before we leave it to its lease. */
-  shutdownGraceSeconds: z.number().nonnegative().default(10),
+  /**
+   * SIGTERM: how long the running effects may finish before they are stopped (and run again
+   * after the restart). The default is the default effect.timeoutSeconds: an effect within
+   * its default bound is never cut by a stop.
+   */
+  shutdownGraceSeconds: z.number().nonnegative().default(30),
   /** Slow or stalled clients are cut off after this long. */
   requestTimeoutSeconds: z.number().positive().default(30),
 });

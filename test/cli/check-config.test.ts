@@ -376,3 +376,38 @@ describe('receiver check-config', () => {
     });
   });
 });
+
+describe('receiver check-config: an effect longer than the shutdown grace', () => {
+  const tmp = tempDir();
+  afterAll(tmp.cleanup);
+  const config = (extra: Record<string, unknown>, deployTimeout?: number) =>
+    writeConfig(tmp.dir, {
+      user: 'nobody',
+      sources: { gh: { provider: 'github', secret: 'gh-grace-secret' } },
+      routes: [
+        { name: 'licence', source: 'gh', key: '{body.id}', effect: { exec: ['/bin/true'] } },
+        {
+          name: 'deploy',
+          source: 'gh',
+          key: '{body.id}',
+          effect: { exec: ['/bin/true'], ...(deployTimeout === undefined ? {} : { timeoutSeconds: deployTimeout }) },
+        },
+      ],
+      ...extra,
+    });
+
+  it('names the route, both values and what a stop does to it; exit 0', async () => {
+    const r = await runInProcess(['check-config', '-c', config({ shutdownGraceSeconds: 10 }, 240)]);
+    expect(r.code).toBe(0);
+    // licence's effect keeps the default timeoutSeconds, 30 s: longer than a 10 s grace too.
+    expect(r.stderr.split('\n').filter((l) => l.startsWith('Warning: route'))).toEqual([
+      'Warning: route "licence": its effect may run for up to 30 s (effect.timeoutSeconds), longer than shutdownGraceSeconds (10 s): a stop or restart cuts it after 10 s and it runs again after the restart. Raise shutdownGraceSeconds to 30 (and the systemd unit\'s TimeoutStopSec above it), or lower effect.timeoutSeconds',
+      'Warning: route "deploy": its effect may run for up to 240 s (effect.timeoutSeconds), longer than shutdownGraceSeconds (10 s): a stop or restart cuts it after 10 s and it runs again after the restart. Raise shutdownGraceSeconds to 240 (and the systemd unit\'s TimeoutStopSec above it), or lower effect.timeoutSeconds',
+    ]);
+  });
+
+  it('says nothing when every effect fits the grace, nor with the defaults (30 s each)', async () => {
+    expect((await runInProcess(['check-config', '-c', config({ shutdownGraceSeconds: 240 }, 240)])).stderr).toBe('');
+    expect((await runInProcess(['check-config', '-c', config({})])).stderr).toBe('');
+  });
+});

@@ -309,6 +309,26 @@ describe('receiver serve: start-up warnings', () => {
     expect(warnings[0]?.msg).toMatch(/^route "slow-module": its module effect may hold the database's write lock for up to 30 s .* answered 503/);
   });
 
+  it('warns of an effect whose timeoutSeconds exceeds shutdownGraceSeconds: a stop cuts it, and it runs again after the restart', async () => {
+    const d = dir();
+    const file = writeConfig(d, {
+      shutdownGraceSeconds: 1,
+      sources: { gh: { provider: 'github', secret: 'gh-warn-secret' } },
+      routes: [
+        { name: 'deploy', source: 'gh', key: '{id}', effect: { exec: ['/bin/true'], timeoutSeconds: 240 } },
+        { name: 'quick', source: 'gh', key: '{id}', effect: { exec: ['/bin/true'], timeoutSeconds: 1 } },
+      ],
+    });
+    const serve = await startServe(file);
+    await serve.stop();
+    const warnings = lines(serve.output().stderr).filter((l) => l.level === 'warn' && !String(l.msg).includes('/proc'));
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatchObject({ route: 'deploy', timeoutSeconds: 240, shutdownGraceSeconds: 1 });
+    expect(warnings[0]?.msg).toMatch(
+      /^route "deploy": its effect may run for up to 240 s .* a stop or restart cuts it after 1 s and it runs again after the restart/,
+    );
+  });
+
   it('no lock warning on PostgreSQL, which has no single write lock', () => {
     const d = dir();
     const routes = [{ name: 'm', source: 'gh', key: '{id}', effect: { module: './noop.mjs', timeoutSeconds: 30 } }];

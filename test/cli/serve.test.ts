@@ -171,6 +171,17 @@ describe('receiver serve (child process)', () => {
     expect(setting('KillSignal')).toBe('SIGTERM');
     expect(setting('KillMode')).toBe('mixed');
     expect(Number(setting('TimeoutStopSec'))).toBeGreaterThan(configSchema.parse({}).shutdownGraceSeconds + 5);
+    // The README's example and contrib's shop example: every effect fits their grace (no
+    // route is cut by a stop, check-config says nothing of it), and the unit waits longer.
+    const readmeExample = /```json\n(\{\n {2}"database": "\.\/data\/receiver\.db"[^]*?\n\})\n```/.exec(readFileSync(`${REPO}README.md`, 'utf8'))?.[1];
+    for (const text of [readmeExample!, readFileSync(`${REPO}contrib/receiver.shop-example.json`, 'utf8')]) {
+      const example = JSON.parse(text) as { shutdownGraceSeconds?: number; routes: { name: string; effect: { timeoutSeconds?: number } }[] };
+      const grace = example.shutdownGraceSeconds ?? configSchema.parse({}).shutdownGraceSeconds;
+      // 30: effect.timeoutSeconds's default.
+      expect(example.routes.filter((r) => (r.effect.timeoutSeconds ?? 30) > grace).map((r) => r.name)).toEqual([]);
+      expect(example.routes.find((r) => r.name === 'deploy')?.effect.timeoutSeconds).toBe(240);
+      expect(Number(setting('TimeoutStopSec'))).toBeGreaterThan(grace + 5);
+    }
     // Started as root, serve becomes the service's user itself after reading its secrets.
     expect(setting('User')).toBeUndefined();
     expect(unit).toMatch(/^Environment=RECEIVER_USER=receiver$/m);

@@ -41,6 +41,7 @@ import {
   UNIT_COLUMNS,
 } from './rows.js';
 import { changes, first, memo, rows, sqlText, type Dialect, type Steps } from './sql.js';
+import { deriveEventStatus } from './drain/settle.js';
 
 /**
  * Operator operations written once for both stores (see sql.ts): counts, replay, events
@@ -300,10 +301,12 @@ interface ReplayDbRow {
   body_dropped: number;
 }
 
-function refusalOf(r: ReplayDbRow, now: number): ReplayRefusal | undefined {
+function refusalOf(r: ReplayDbRow, now: number, route: string | undefined): ReplayRefusal | undefined {
   // A live lease means a drain is running this event's effects right now: refuse, or the
   // reset would race its completion. An expired lease is a crashed holder; it may be taken.
-  if (r.status === 'processing' && r.lease_expires_at !== null && r.lease_expires_at > now) {
+  // A replay of one route asks only about that route's unit (routeRefusals): the others may
+  // run meanwhile (a licence sent again while the deploy of the same event runs).
+  if (route === undefined && r.status === 'processing' && r.lease_expires_at !== null && r.lease_expires_at > now) {
     return { eventId: r.id, reason: 'processing', leaseOwner: r.lease_owner, leaseExpiresAt: r.lease_expires_at };
   }
   if (r.body_dropped !== 0) return { eventId: r.id, reason: 'body_dropped' };
@@ -316,7 +319,7 @@ function* applyReplay(d: Dialect, asked: readonly number[], found: readonly Repl
   const refused: ReplayRefusal[] = [];
   for (const id of asked) {
     const r = byId.get(id);
-    const refusal = r === undefined ? ({ eventId: id, reason: 'not_found' } as const) : refusalOf(r, options.now);
+    const refusal = r === undefined ? ({ eventId: id, reason: 'not_found' } as const) : refusalOf(r, options.now, options.route);
     if (refusal !== undefined) refused.push(refusal);
   }
   const route = options.route;
@@ -330,6 +333,8 @@ function* applyReplay(d: Dialect, asked: readonly number[], found: readonly Repl
     if (route === undefined) yield* changes(statements(d).resetUnits, params);
     else yield* changes(statements(d).resetRoute, [...params, route]);
     yield* changes(statements(d).reset, params);
+    // The event's status follows its units': processing while another route still runs.
+    if (route !== undefined) yield* deriveEventStatus(d, asked, options.now);
   }
   return {
     replayed: asked.map((id) => {

@@ -389,7 +389,7 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await store.getEvent(b.eventId))!.status).toBe('processing');
     });
 
-    it('a replay of one route starts its unit over and leaves the others; a route the event lacks, or one a drain holds, is refused', async () => {
+    it('a replay of one route starts its unit over and leaves the others, even while another runs; a route the event lacks, or one a drain holds, is refused', async () => {
       const a = await store.ingest(event('a'));
       await store.planEvents(
         [
@@ -430,7 +430,21 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await store.replayEvents([a.eventId], { force: false, now: T0 + SEC, route: 'licence' })).refused).toMatchObject([
         { eventId: a.eventId, reason: 'processing' },
       ]);
+      // Another route of the event may be replayed while this one runs; the event stays
+      // processing until both are done.
+      expect((await store.replayEvents([a.eventId], { force: false, now: T0 + SEC, route: 'deploy' })).replayed).toHaveLength(1);
+      expect(await unitRows()).toEqual([
+        { route: 'deploy', status: 'pending', replays: 1 },
+        { route: 'licence', status: 'processing', replays: 1 },
+      ]);
+      expect((await store.getEvent(a.eventId))!.status).toBe('processing');
+      // A replay of the whole event still waits for the running route.
+      expect((await store.replayEvents([a.eventId], { force: false, now: T0 + SEC })).refused).toMatchObject([{ eventId: a.eventId, reason: 'processing' }]);
       expect(await store.completeUnit(again[0]!.lease, T0 + SEC)).toBe(true);
+      expect((await store.getEvent(a.eventId))!.status).toBe('pending');
+      const deploy = await store.claimUnits('d3', T0 + SEC, LEASE, { busyLanes: [], lanes: 8, perLane: 8 });
+      expect(deploy.map((u) => u.route)).toEqual(['deploy']);
+      expect(await store.completeUnit(deploy[0]!.lease, T0 + SEC)).toBe(true);
       expect((await store.getEvent(a.eventId))!.status).toBe('done');
     });
     it("each route's unit as events show lists it (lane, status, attempts, next attempt, last error, lease); lanes counted; the list filters by the derived status", async () => {

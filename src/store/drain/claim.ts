@@ -11,9 +11,10 @@ import { deriveEventStatus } from './settle.js';
  * apply (it holds the configuration) and stores one unit per route, in the route's lane,
  * due when the event is. An event no route applies to is done at once.
  *
- * Claiming, per lane. A unit is due when it is `pending` with `next_attempt_at <= now`,
- * or `processing` under an expired lease (a crashed or stalled drain's claim: this is how
- * its work comes back). A claim first chooses lanes: those with a due unit, no unit
+ * Claiming, per lane. A unit is due when it is `pending` with `next_attempt_at <= now`.
+ * A unit `processing` under an expired lease (a crashed or stalled drain's claim) is put
+ * back to `pending` by the next claim, due at once: this is how its work comes back, its
+ * attempt counted (the claim that takes it counts the next). A claim then chooses lanes: those with a due unit, no unit
  * running under a live lease (in any process) and none running in this drain, oldest due
  * unit first. Then it takes up to `perLane` due units of each chosen lane, oldest first,
  * and sets them `processing` under the claimant's lease, counting the attempt. The drain
@@ -54,25 +55,26 @@ const statements = memo((d: Dialect) => {
         ON CONFLICT (event_id, route) DO NOTHING`,
     ),
     assignLane: sqlText(d, (p) => `UPDATE units SET lane = ${p()} WHERE route = ${p()} AND lane <> ${p()} AND status = 'pending'`),
-    // Lanes with a due unit (a lane's first due unit, in id order, found only in a lane
-    // whose earliest due time has come) or a unit under an expired lease, oldest first.
-    // Where lanes are locked, the lock is tried lane by lane in that order, as the outer
-    // limit takes them: a lane another receiver is claiming in is passed over for the next
-    // one. The inner OFFSET keeps the planner from moving the lock into the grouping, which
-    // would lock every candidate lane.
+    // Units under an expired lease (a crashed or stalled drain's claims) back to pending, due
+    // at once: the lanes below find them as they find any other due unit.
+    reclaim: sqlText(
+      d,
+      (p) => `UPDATE units${d.indexedBy('units_leased')} SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL
+        WHERE status = 'processing' AND lease_expires_at <= ${p()}`,
+    ),
+    // Lanes whose earliest due time has come, by their first due unit (in id order), oldest
+    // first. Where lanes are locked, the lock is tried lane by lane in that order, as the
+    // outer limit takes them: a lane another receiver is claiming in is passed over for the
+    // next one. The inner OFFSET keeps the planner from moving the lock into the ordering,
+    // which would lock every candidate lane.
     lanes: sqlText(
       d,
       (p) => `${walk}
       SELECT lane FROM (
-        SELECT lane FROM (
-          SELECT lane, CASE WHEN ${laneDueAt} <= ${p()} THEN (SELECT id FROM units${d.indexedBy('units_pending')}
-            WHERE status = 'pending' AND lane = walk.lane AND next_attempt_at <= ${p()} ORDER BY id LIMIT 1) END AS head
-          FROM walk WHERE lane IS NOT NULL
-          UNION ALL
-          SELECT lane, id AS head FROM units${d.indexedBy('units_leased')} WHERE status = 'processing' AND lease_expires_at <= ${p()}
-        ) AS due
-        WHERE head IS NOT NULL AND lane NOT IN (${d.textList(p())}) AND lane NOT IN (${running(p)})
-        GROUP BY lane ORDER BY min(head)${d.tryLockLane === undefined ? '' : ' OFFSET 0'}
+        SELECT lane, (SELECT id FROM units${d.indexedBy('units_pending')}
+            WHERE status = 'pending' AND lane = walk.lane AND next_attempt_at <= ${p()} ORDER BY id LIMIT 1) AS head
+          FROM walk WHERE lane IS NOT NULL AND ${laneDueAt} <= ${p()} AND lane NOT IN (${d.textList(p())}) AND lane NOT IN (${running(p)})
+        ORDER BY head${d.tryLockLane === undefined ? '' : ' OFFSET 0'}
       ) AS candidates${d.tryLockLane === undefined ? '' : ` WHERE ${d.tryLockLane('lane')}`} LIMIT ${p()}`,
     ),
     // Up to a batch of one lane's due units, oldest first, unless a unit of the lane runs
@@ -81,13 +83,8 @@ const statements = memo((d: Dialect) => {
       d,
       (p) => `UPDATE units SET status = 'processing', lease_owner = ${p()}, lease_expires_at = ${p()}, attempts = attempts + 1
       WHERE id IN (
-        SELECT id FROM (
-          SELECT id FROM (
-            SELECT id FROM units${d.indexedBy('units_pending')} WHERE status = 'pending' AND lane = ${p()} AND next_attempt_at <= ${p()} ORDER BY id LIMIT ${p()}
-          ) AS pending
-          UNION ALL
-          SELECT id FROM units${d.indexedBy('units_leased')} WHERE status = 'processing' AND lease_expires_at <= ${p()} AND lane = ${p()}
-        ) AS due ORDER BY id LIMIT ${p()})
+          SELECT id FROM units${d.indexedBy('units_pending')} WHERE status = 'pending' AND lane = ${p()} AND next_attempt_at <= ${p()} ORDER BY id LIMIT ${p()}
+        )
         AND NOT EXISTS (SELECT 1 FROM units${d.indexedBy('units_leased')} WHERE status = 'processing' AND lease_expires_at > ${p()} AND lane = ${p()})
       RETURNING ${UNIT_CLAIM_COLUMNS}`,
     ),
@@ -185,11 +182,11 @@ function* claim(d: Dialect, owner: string, now: number, leaseMs: number, limits:
   const units: UnitClaimDbRow[] = [];
   // A lane locked just as another receiver's claim in it committed is found taken by the
   // second statement: the lanes are chosen again, from a newer snapshot, a few times.
+  yield* changes(s.reclaim, [now]);
   for (let round = 0; units.length === 0 && round < CLAIM_ROUNDS; round++) {
-    const lanes = (yield* rows<{ lane: string }>(s.lanes, [now, now, now, d.ids(limits.busyLanes), now, limits.lanes])).map((r) => r.lane);
+    const lanes = (yield* rows<{ lane: string }>(s.lanes, [now, now, d.ids(limits.busyLanes), now, limits.lanes])).map((r) => r.lane);
     if (lanes.length === 0) return [];
-    for (const lane of lanes)
-      units.push(...(yield* rows<UnitClaimDbRow>(s.claim, [owner, now + leaseMs, lane, now, limits.perLane, now, lane, limits.perLane, now, lane])));
+    for (const lane of lanes) units.push(...(yield* rows<UnitClaimDbRow>(s.claim, [owner, now + leaseMs, lane, now, limits.perLane, now, lane])));
   }
   if (units.length === 0) return [];
   const eventIds = [...new Set(units.map((u) => u.event_id))];

@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs';
+import { chmodSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
@@ -12,7 +12,8 @@ import { commandBlock, debianRoot, envFileCommand, mover, runCommands, standIns 
  * "Install as one file" of docs/operations.md on a host with no clone and no node: its
  * commands in a scratch root, from a directory holding only the executable; then what an
  * operator does next, through what the executable installed: check-config through the
- * wrapper, serve as the unit runs it, send-test, events and replay through the wrapper,
+ * wrapper, serve as the unit runs it, send-test, events and replay through the wrapper (and
+ * the ticket flow: an order found by e-mail, one route replayed),
  * and the cron lines (their exit status and what reaches logger).
  */
 
@@ -124,6 +125,34 @@ describe.runIf(BINARY !== undefined)('the one-file install of docs/operations.md
       const replayed = receiver(['replay', String(events[0]!.id)]);
       expect(replayed.stderr).toBe('');
       expect(replayed.status).toBe(0);
+
+      // The ticket flow (docs/operations.md, "Replay from a ticket"): an order found by the
+      // customer's e-mail in its body, its licence route sent again on its own, and done.
+      const order = { id: 'evt_ticket', type: 'checkout.session.completed', data: { object: { id: 'cs_ticket', customer_details: { email: 'ann@shop.example' } } } };
+      const orderFile = join(tmp.dir, 'order.json');
+      writeFileSync(orderFile, JSON.stringify(order));
+      const sentOrder = receiver(['send-test', 'stripe', '--run-effects', '--body', orderFile]);
+      expect(sentOrder.stdout + sentOrder.stderr).toMatch(/-> 202 /);
+      const found = receiver(['events', 'list', '--source', 'stripe', '--search', 'ann@shop.example', '--json']);
+      expect(found.stderr).toBe('');
+      const ids = (JSON.parse(found.stdout) as { id: number }[]).map((e) => String(e.id));
+      expect(ids).toHaveLength(1);
+      const licence = () =>
+        (JSON.parse(receiver(['events', 'show', ids[0]!, '--json']).stdout) as { units: { route: string; status: string; replays: number }[] }).units.find(
+          (u) => u.route === 'issue-licence',
+        );
+      await waitFor(() => (licence()?.status === 'done' ? true : undefined), 'the licence route done', 20_000);
+      const again = receiver(['replay', ids[0]!, '--route', 'issue-licence', '--force']);
+      expect(again.stderr).toBe('');
+      expect(again.status).toBe(0);
+      await waitFor(
+        () => {
+          const u = licence();
+          return u?.status === 'done' && u.replays === 1 ? true : undefined;
+        },
+        'the licence route sent again',
+        20_000,
+      );
 
       // The cron lines, as installed: through the wrapper, output to logger, the status kept.
       const cron = runCronFile(readFileSync(join(root, 'etc/cron.d/receiver'), 'utf8'), moved, {

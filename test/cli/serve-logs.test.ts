@@ -89,7 +89,14 @@ describe("serve's log lines", () => {
       routes: [
         // Fails for the key "bad" (retried later), succeeds for the others.
         { name: 'licence', source: 'shop', events: ['order.paid'], key: '{body.id}', effect: { exec: ['/bin/sh', '-c', 'test "$RECEIVER_KEY" != bad'] } },
-        { name: 'slow', source: 'shop', events: ['order.slow'], key: '{body.id}', effect: { exec: ['/bin/sleep', '5'], timeoutSeconds: 0.5 } },
+        // Times out once; its retry (full jitter may make it come at once) succeeds.
+        {
+          name: 'slow',
+          source: 'shop',
+          events: ['order.slow'],
+          key: '{body.id}',
+          effect: { exec: ['/bin/sh', '-c', 'test -f "$1" && exit 0; touch "$1"; sleep 5', 'sh', join(tmp.dir, 'slept')], timeoutSeconds: 0.5 },
+        },
       ],
     });
     serve = await startServe(file);

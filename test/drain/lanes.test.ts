@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { post, startServe, tempDir, waitFor, writeConfig, type ServeProcess } from '../helpers.js';
+import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
 import { inspect, lines } from './helpers.js';
 
 const shop = { provider: 'none', deliveryId: '{body.id}', eventType: '{body.type}' };
@@ -145,5 +146,62 @@ describe('lanes (receiver serve processes)', () => {
       // The unit cut by the kill runs again (once); every other one runs once.
       expect(got).toEqual([`start ${route}:e1`, `start ${route}:e1`, `start ${route}:e2`, `start ${route}:e3`]);
     }
+  });
+});
+
+const pgOk = await postgresAvailable();
+
+/** Lanes across receivers: several serve processes on one PostgreSQL database. */
+describe.runIf(pgOk)('lanes across serve processes on one PostgreSQL database', () => {
+  let tmp: ReturnType<typeof tempDir>;
+  let db: TestDatabase | undefined;
+  const serves: ServeProcess[] = [];
+  beforeEach(() => {
+    tmp = tempDir('receiver-pg-lanes-');
+  });
+  afterEach(async () => {
+    await Promise.all(serves.splice(0).map((s) => s.stop('SIGKILL')));
+    await db?.drop();
+    db = undefined;
+    tmp.cleanup();
+  });
+
+  it('two receivers never run two units of one lane at once, each lane in order, and both lanes run side by side', async () => {
+    db = await createTestDatabase();
+    const erp = join(tmp.dir, 'erp');
+    const mail = join(tmp.dir, 'mail');
+    mkdirSync(erp);
+    mkdirSync(mail);
+    const logs = { erp: join(tmp.dir, 'erp.log'), mail: join(tmp.dir, 'mail.log') };
+    const file = writeConfig(tmp.dir, {
+      database: db.url,
+      sources: { shop },
+      drain: { pollMs: 100 },
+      routes: [
+        { name: 'a', source: 'shop', key: '{body.id}', lane: 'erp', effect: { exec: locked(erp, logs.erp, 0.1) } },
+        { name: 'b', source: 'shop', key: '{body.id}', lane: 'erp', effect: { exec: locked(erp, logs.erp, 0.1) } },
+        { name: 'mail', source: 'shop', key: '{body.id}', effect: { exec: locked(mail, logs.mail, 0.1) } },
+      ],
+    });
+    serves.push(await startServe(file), await startServe(file));
+    const ids = Array.from({ length: 10 }, (_, i) => `e${i + 1}`);
+    // Each delivery to one receiver or the other; both drains claim from the one database.
+    for (const [i, id] of ids.entries()) expect((await post(`${serves[i % 2]!.url}/webhooks/shop`, JSON.stringify({ id, type: 't' }))).status).toBe(202);
+    const until = Date.now() + 30_000;
+    for (;;) {
+      const left = (await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM events WHERE status <> 'done'`))[0]!.n;
+      if (left === 0) break;
+      if (Date.now() > until) throw new Error(`${left} events still not done`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const starts = (log: string) => lines(log).filter((l) => l.startsWith('start '));
+    for (const log of Object.values(logs)) {
+      const got = lines(log);
+      expect(got).not.toContain('OVERLAP');
+      for (let i = 0; i < got.length; i += 2) expect(got[i + 1]).toBe(got[i]!.replace('start', 'end'));
+    }
+    // Each lane once per unit, oldest first, whichever receiver ran it.
+    expect(starts(logs.erp)).toEqual(ids.flatMap((id) => [`start a:${id}`, `start b:${id}`]));
+    expect(starts(logs.mail)).toEqual(ids.map((id) => `start mail:${id}`));
   });
 });

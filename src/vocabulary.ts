@@ -40,8 +40,9 @@ export const RAN_OUTCOMES: readonly AttemptOutcomeName[] = ['ok', 'failed', 'tim
 
 /**
  * What `attempts.outcome` holds: how the attempt ended (an attempt outcome; a `timeout` is
- * recorded as `failed`), or `running` while an external effect runs (and after a crash in
- * the middle of one).
+ * recorded as `failed`), or `running` while an external effect runs (and after a crash or
+ * a stop in the middle of one, until a claim takes its unit back and ends it as failed,
+ * interrupted: drain/claim.ts).
  */
 export type AttemptRowOutcome = Exclude<AttemptOutcomeName, 'timeout'> | 'running';
 

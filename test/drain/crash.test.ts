@@ -68,11 +68,12 @@ describe('crash mid-effect (kill -9 of receiver serve)', () => {
     expect(lines(runs)).toEqual(['c1 1', 'c1 2', 'c2 1']);
     expect(db.effect('deploy:c1')).toMatchObject({ status: 'done', runs: 2, event_id: 1 });
     expect(db.effect('deploy:c2')).toMatchObject({ status: 'done', runs: 1 });
-    // The crashed run's attempt is still visible as running, beside the repeat that finished.
+    // The crashed run's attempt ended as interrupted (failed) when its unit was taken back, beside the repeat that finished.
     expect(db.attempts(1).map((a) => [a.attempt, a.outcome])).toEqual([
-      [1, 'running'],
+      [1, 'failed'],
       [2, 'ok'],
     ]);
+    expect(db.attempts(1)[0]!.error).toMatch(/^interrupted: /);
     db.close();
   });
 });

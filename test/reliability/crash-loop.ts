@@ -214,9 +214,9 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
   }[];
   const runAttempts = db
     .prepare(
-      `SELECT a.event_id AS eventId, a.attempt, e.business_key AS key, a.outcome FROM attempts a JOIN effects e ON e.effect_key = a.effect_key WHERE e.route = 'fulfil' AND a.outcome IN ('ok', 'failed', 'running')`,
+      `SELECT a.event_id AS eventId, a.attempt, e.business_key AS key, a.outcome, a.error FROM attempts a JOIN effects e ON e.effect_key = a.effect_key WHERE e.route = 'fulfil' AND a.outcome IN ('ok', 'failed', 'running')`,
     )
-    .all() as { eventId: number; attempt: number; key: string; outcome: 'ok' | 'failed' | 'running' }[];
+    .all() as { eventId: number; attempt: number; key: string; outcome: 'ok' | 'failed' | 'running'; error: string | null }[];
   const moduleLedger = db
     .prepare(
       `SELECT f.business_key AS key, f.status, f.runs, a.n FROM effects f LEFT JOIN applied a ON a.business_key = f.business_key WHERE f.route = 'record'`,
@@ -251,7 +251,7 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
       okPerKey.set(a.key, (okPerKey.get(a.key) ?? 0) + 1);
       if (!wrote) violations.push(`the ledger says ${a.key} ran ok for event ${a.eventId} attempt ${a.attempt}, but the command never wrote`);
     } else {
-      if (a.outcome === 'failed') failedRuns += 1;
+      if (a.outcome === 'failed' && !isInterrupted(a)) failedRuns += 1;
       if (!wrote) runsCutBeforeWrite += 1;
     }
   }
@@ -259,7 +259,7 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
   // The ledger: every business key done exactly once (one ok run); every extra run is
   // either a run a kill interrupted (seen as "running" right after that kill) or a failure.
   const interrupted = new Set(kills.flatMap((k) => k.running.map((r) => `${r.key}#${r.runs}`)));
-  const interruptedRows = runAttempts.filter((a) => a.outcome === 'running').length;
+  const interruptedRows = runAttempts.filter(isInterrupted).length;
   const expectedKeys = new Set(bodies.map((b) => b.order));
   const runsHistogram: Record<string, number> = {};
   const repeatedKeys: CrashReport['repeatedKeys'] = [];
@@ -290,7 +290,9 @@ export async function crashLoop(o: CrashLoopOptions): Promise<CrashReport> {
     violations.push(`the ledger shows ${ledgerRepeats} repeats; kills interrupted ${interrupted.size} runs and ${failedRuns} runs failed`);
   }
   if (interruptedRows !== interrupted.size)
-    violations.push(`${interruptedRows} attempts were left running; ${interrupted.size} runs were seen running at a kill`);
+    violations.push(
+      `${interruptedRows} attempts were interrupted (left running, or ended so when taken back); ${interrupted.size} runs were seen running at a kill`,
+    );
   if (interrupted.size > kills.length) violations.push(`${interrupted.size} runs interrupted by ${kills.length} kills of a serial drain`);
   for (const r of interrupted) {
     const [key, runs] = r.split('#');
@@ -352,4 +354,9 @@ async function watched(work: Promise<unknown>, serve: RestartableServe, progress
     }
   })();
   await Promise.all([work.finally(() => (finished = true)), watchdog]);
+}
+
+/** A run a kill cut: left `running`, or ended as interrupted when its unit was taken back. */
+function isInterrupted(a: { outcome: string; error: string | null }): boolean {
+  return a.outcome === 'running' || (a.outcome === 'failed' && a.error !== null && a.error.startsWith('interrupted: '));
 }

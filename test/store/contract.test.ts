@@ -580,6 +580,20 @@ describe.each(backends)('$name store contract', (backend) => {
       expect((await store.getEvent(id))!.leaseExpiresAt).toBe(T0 + LEASE + 5 + LEASE);
     });
 
+    it('an attempt left running by a claim whose lease ran out ends as interrupted (failed) when its unit is taken back', async () => {
+      const { id, lease } = await claimed('a', 'old');
+      const started = await store.beginEffect(lease, 1, start('r', 'k1'), T0, LEASE);
+      expect(started.action).toBe('run');
+      expect((await store.getEvent(id))!.attemptRows.map((a) => a.outcome)).toEqual(['running']);
+      // Not yet: the lease still holds.
+      expect(await claimOne(store, 'new', T0 + LEASE - 1, LEASE)).toBeUndefined();
+      expect((await store.getEvent(id))!.attemptRows.map((a) => a.outcome)).toEqual(['running']);
+      expect(await claimOne(store, 'new', T0 + LEASE, LEASE)).toMatchObject({ id, attempt: 2 });
+      expect((await store.getEvent(id))!.attemptRows).toMatchObject([
+        { outcome: 'failed', finishedAt: T0 + LEASE, error: expect.stringMatching(/^interrupted: /) },
+      ]);
+    });
+
     it('claims a batch oldest first under one owner; the heartbeat renews what is still held; unstarted claims go back uncounted', async () => {
       const ids: number[] = [];
       for (const d of ['a', 'b', 'c', 'd']) ids.push((await store.ingest(event(d))).eventId);

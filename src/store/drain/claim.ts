@@ -14,7 +14,8 @@ import { deriveEventStatus } from './settle.js';
  * Claiming, per lane. A unit is due when it is `pending` with `next_attempt_at <= now`.
  * A unit `processing` under an expired lease (a crashed or stalled drain's claim) is put
  * back to `pending` by the next claim, due at once: this is how its work comes back, its
- * attempt counted (the claim that takes it counts the next). A claim then chooses lanes: those with a due unit, no unit
+ * attempt counted (the claim that takes it counts the next) and, where it was left
+ * `running`, recorded as failed, interrupted. A claim then chooses lanes: those with a due unit, no unit
  * running under a live lease (in any process) and none running in this drain, oldest due
  * unit first. Then it takes up to `perLane` due units of each chosen lane, oldest first,
  * and sets them `processing` under the claimant's lease, counting the attempt. The drain
@@ -55,6 +56,13 @@ const statements = memo((d: Dialect) => {
         ON CONFLICT (event_id, route) DO NOTHING`,
     ),
     assignLane: sqlText(d, (p) => `UPDATE units SET lane = ${p()} WHERE route = ${p()} AND lane <> ${p()} AND status = 'pending'`),
+    // The attempts such a claim left running end as interrupted, failed (their unit runs again).
+    interrupt: sqlText(
+      d,
+      (p) => `UPDATE attempts SET outcome = 'failed', finished_at = ${p()}, error = ${p()}
+        WHERE id IN (SELECT a.id FROM units u${d.indexedBy('units_leased')} JOIN attempts a ON a.event_id = u.event_id AND a.route = u.route
+          WHERE u.status = 'processing' AND u.lease_expires_at <= ${p()} AND a.outcome = 'running')`,
+    ),
     // Units under an expired lease (a crashed or stalled drain's claims) back to pending, due
     // at once: the lanes below find them as they find any other due unit.
     reclaim: sqlText(
@@ -153,6 +161,9 @@ export async function assignLanes(b: DrainBackend, lanes: ReadonlyMap<string, st
   });
 }
 
+/** The error of an attempt its drain never finished (the receiver stopped or crashed mid-effect). */
+export const INTERRUPTED = 'interrupted: the receiver stopped or crashed while it ran (its lease ran out); it runs again';
+
 /** How many times one claim chooses lanes when the lanes it chose were all taken meanwhile. */
 const CLAIM_ROUNDS = 3;
 
@@ -182,6 +193,7 @@ function* claim(d: Dialect, owner: string, now: number, leaseMs: number, limits:
   const units: UnitClaimDbRow[] = [];
   // A lane locked just as another receiver's claim in it committed is found taken by the
   // second statement: the lanes are chosen again, from a newer snapshot, a few times.
+  yield* changes(s.interrupt, [now, INTERRUPTED, now]);
   yield* changes(s.reclaim, [now]);
   for (let round = 0; units.length === 0 && round < CLAIM_ROUNDS; round++) {
     const lanes = (yield* rows<{ lane: string }>(s.lanes, [now, now, d.ids(limits.busyLanes), now, limits.lanes])).map((r) => r.lane);

@@ -56,19 +56,22 @@ const statements = memo((d: Dialect) => {
         ON CONFLICT (event_id, route) DO NOTHING`,
     ),
     assignLane: sqlText(d, (p) => `UPDATE units SET lane = ${p()} WHERE route = ${p()} AND lane <> ${p()} AND status = 'pending'`),
-    // The attempts such a claim left running end as interrupted, failed (their unit runs again).
+    // Units under an expired lease (a crashed or stalled drain's claims) back to pending, due
+    // at once: the lanes below find them as they find any other due unit. Where writers run
+    // concurrently, a row another transaction holds is left to it (another claim taking it
+    // back, or its owner's module effect renewing the lease), not waited for.
+    reclaim: sqlText(
+      d,
+      (p) => `UPDATE units SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL
+        WHERE id IN (SELECT id FROM units${d.indexedBy('units_leased')} WHERE status = 'processing' AND lease_expires_at <= ${p()}${d.takeUnlocked})
+        RETURNING id`,
+    ),
+    // The attempts the units taken back had left running end as interrupted, failed (their unit runs again).
     interrupt: sqlText(
       d,
       (p) => `UPDATE attempts SET outcome = 'failed', finished_at = ${p()}, error = ${p()}
-        WHERE id IN (SELECT a.id FROM units u${d.indexedBy('units_leased')} JOIN attempts a ON a.event_id = u.event_id AND a.route = u.route
-          WHERE u.status = 'processing' AND u.lease_expires_at <= ${p()} AND a.outcome = 'running')`,
-    ),
-    // Units under an expired lease (a crashed or stalled drain's claims) back to pending, due
-    // at once: the lanes below find them as they find any other due unit.
-    reclaim: sqlText(
-      d,
-      (p) => `UPDATE units${d.indexedBy('units_leased')} SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL
-        WHERE status = 'processing' AND lease_expires_at <= ${p()}`,
+        WHERE id IN (SELECT a.id FROM units u JOIN attempts a ON a.event_id = u.event_id AND a.route = u.route
+          WHERE u.id IN (${d.idList(p())}) AND a.outcome = 'running')`,
     ),
     // Lanes whose earliest due time has come, by their first due unit (in id order), oldest
     // first. Where lanes are locked, the lock is tried lane by lane in that order, as the
@@ -193,8 +196,8 @@ function* claim(d: Dialect, owner: string, now: number, leaseMs: number, limits:
   const units: UnitClaimDbRow[] = [];
   // A lane locked just as another receiver's claim in it committed is found taken by the
   // second statement: the lanes are chosen again, from a newer snapshot, a few times.
-  yield* changes(s.interrupt, [now, INTERRUPTED, now]);
-  yield* changes(s.reclaim, [now]);
+  const takenBack = (yield* rows<{ id: number }>(s.reclaim, [now])).map((r) => r.id);
+  if (takenBack.length > 0) yield* changes(s.interrupt, [now, INTERRUPTED, d.ids(takenBack)]);
   for (let round = 0; units.length === 0 && round < CLAIM_ROUNDS; round++) {
     const lanes = (yield* rows<{ lane: string }>(s.lanes, [now, now, d.ids(limits.busyLanes), now, limits.lanes])).map((r) => r.lane);
     if (lanes.length === 0) return [];

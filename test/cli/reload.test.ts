@@ -165,6 +165,8 @@ describe('serve: SIGHUP reload', () => {
       // The running configuration answers as before: route b still runs, gh's secret is the new one.
       expect((await deliver(serve.url, 'gh', 'env-secret-two-0000')).status).toBe(202);
 
+      // The load goes on past the reloads (on a fast run they take less than a second).
+      await waitFor(() => (load.results.length > 50 ? true : undefined), 'more than 50 deliveries under load', 20_000);
       const results = await load.stop();
       // Nothing refused or failed.
       expect(results.filter((r) => r.status !== 202)).toEqual([]);

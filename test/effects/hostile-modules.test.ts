@@ -213,3 +213,58 @@ function isRunning(pid: number): boolean {
     return false;
   }
 }
+
+describe('a module handler that waits before it writes (sqlite)', () => {
+  const tmp = tempDir('receiver-lazy-');
+  afterEach(() => tmp.cleanup());
+
+  it('holds no write lock while it waits: deliveries are answered meanwhile, and its write commits once', async () => {
+    // An API call before the first statement, 1.5 s, five times busyTimeoutMs: before, the
+    // handler's transaction (and serve's group) held SQLite's one write lock from before the
+    // handler ran, and deliveries meanwhile were answered 503 after busyTimeoutMs.
+    const dir = tmp.dir;
+    writeFileSync(
+      join(dir, 'api-first.mjs'),
+      `import { writeFileSync } from 'node:fs';
+export default async (event, ctx) => {
+  writeFileSync(new URL('./api.started', import.meta.url), '');
+  await new Promise((r) => setTimeout(r, 1500));
+  await ctx.db.run('CREATE TABLE IF NOT EXISTS issued (key TEXT PRIMARY KEY)');
+  await ctx.db.run('INSERT INTO issued (key) VALUES (?)', [ctx.key]);
+};`,
+    );
+    const file = writeConfig(dir, {
+      database: join(dir, 'receiver.db'),
+      busyTimeoutMs: 300,
+      sources: {
+        shop: { provider: 'hmac-sha256', header: 'X-Signature', encoding: 'hex', secret: 'env:SHOP_SECRET', deliveryId: '{body.id}', eventType: '{body.type}' },
+      },
+      drain: { pollMs: 50 },
+      routes: [{ name: 'licence', source: 'shop', events: ['order'], key: '{body.id}', effect: { module: './api-first.mjs', timeoutSeconds: 10 } }],
+    });
+    const serve = await startServe(file, { env: { SHOP_SECRET: SECRET } });
+    try {
+      const deliver = (id: string, type: string) => {
+        const body = JSON.stringify({ id, type });
+        return post(`${serve.url}/webhooks/shop`, body, { 'X-Signature': createHmac('sha256', SECRET).update(body).digest('hex') });
+      };
+      expect((await deliver('order-1', 'order')).status).toBe(202);
+      await waitFor(() => (existsSync(join(dir, 'api.started')) ? true : undefined), 'the handler to start', 30_000);
+      for (let i = 0; i < 5; i++) expect((await deliver(`meanwhile-${i}`, 'unrouted')).status).toBe(202);
+      const db = new Database(join(dir, 'receiver.db'), { readonly: true });
+      try {
+        await waitFor(
+          () => ((db.prepare(`SELECT status FROM events WHERE delivery_id = 'order-1'`).get() as { status: string }).status === 'done' ? true : undefined),
+          'the licence',
+          30_000,
+        );
+        expect(db.prepare('SELECT key FROM issued').all()).toEqual([{ key: 'order-1' }]);
+        expect(db.prepare(`SELECT outcome FROM attempts`).all()).toEqual([{ outcome: 'ok' }]);
+      } finally {
+        db.close();
+      }
+    } finally {
+      await serve.stop('SIGTERM');
+    }
+  }, 60_000);
+});

@@ -1151,6 +1151,48 @@ describe.each(backends)('$name store contract', (backend) => {
       expect(out).toEqual({ action: 'lost' });
       expect(ran).toBe(false);
     });
+
+    it("a handler holds no lock before its first statement: another receiver's delivery is stored meanwhile", async () => {
+      // A handler that calls an API before it writes: ingest must not wait for it (on
+      // SQLite, a transaction opened before the handler held the one write lock, and this
+      // ingest failed as unavailable after busyTimeoutMs).
+      const other = await o.another();
+      const { lease } = await claimed('a');
+      const out = await store.runTransactionalEffect(
+        lease,
+        1,
+        start('licence', 'cus_1'),
+        async (db) => {
+          const waited = Date.now();
+          expect(await other.ingest(event('b'))).toMatchObject({ outcome: 'accepted' });
+          expect(Date.now() - waited).toBeLessThan(BUSY_MS / 2);
+          await db.run(`INSERT INTO licences (key, n) VALUES (${p(1)}, ${p(2)})`, ['cus_1', 1]);
+        },
+        () => T0,
+        LEASE,
+      );
+      expect(out).toMatchObject({ action: 'ok', runs: 1 });
+      expect(await licences()).toEqual(['cus_1=1']);
+    });
+
+    it('a lease taken over while the handler runs: nothing of the run commits, and the new holder runs the key', async () => {
+      const { lease } = await claimed('a', 'old');
+      const out = await store.runTransactionalEffect(
+        lease,
+        1,
+        start('licence', 'cus_1'),
+        async (db) => {
+          // The old drain stalled past its lease before its first statement: another takes the unit.
+          expect(await claimOne(store, 'new', T0 + 3 * LEASE, LEASE)).toMatchObject({ lease: { owner: 'new' } });
+          await db.run(`INSERT INTO licences (key, n) VALUES (${p(1)}, ${p(2)})`, ['cus_1', 1]);
+        },
+        () => T0 + LEASE,
+        LEASE,
+      );
+      expect(out).toEqual({ action: 'lost' });
+      expect(await licences()).toEqual([]);
+      expect(await o.rows('SELECT effect_key FROM effects')).toEqual([]);
+    });
   });
 
   describe('operations', () => {

@@ -43,9 +43,18 @@ export interface DrainBackend {
   /** Commits the current group's transaction, if one is open (see DrainStore.commitGroup). */
   commitGroup(): Promise<void>;
 
-  /** Opens the transaction a module effect's handler runs in (see module-tx.ts). */
-  moduleTransaction(what: string): Promise<ModuleTransaction>;
+  /**
+   * Opens the transaction a module effect's handler runs in (see module-tx.ts). With
+   * `reopen` (one writer), it opens only at its first step or statement, which run after
+   * `reopen`'s steps say the decision still holds; when they say it does not, that step or
+   * statement fails with DecisionChanged and nothing is written.
+   */
+  moduleTransaction(what: string, reopen?: () => Steps<boolean>): Promise<ModuleTransaction>;
 }
+
+/** Why a module effect's lazily opened transaction refused its step or statement (see moduleTransaction). */
+export const DECISION_CHANGED =
+  "the module effect's run no longer held when its transaction opened (its lease was taken over, or its key's ledger row changed); nothing of it was written";
 
 export interface WriteOptions {
   /** The steps are one statement, atomic by itself: PostgreSQL runs it without BEGIN and COMMIT. */

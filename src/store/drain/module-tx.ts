@@ -1,6 +1,6 @@
 import type { EffectDb, EffectRun, EffectStart, Lease, LedgerRow, TransactionalOutcome } from '../drain-types.js';
 import type { Dialect, Steps } from '../sql.js';
-import type { DrainBackend, ModuleTransaction } from './backend.js';
+import { DECISION_CHANGED, type DrainBackend, type ModuleTransaction } from './backend.js';
 import { decide, lockEffectKey, moduleDone, moduleFailed, type Decided, type ModuleRun } from './ledger.js';
 import { leaseHeld, renewLease } from './lease.js';
 import { complete } from './settle.js';
@@ -19,8 +19,12 @@ import { complete } from './settle.js';
  * it: there the lease is renewed in a short transaction of its own first, only checked
  * inside, and renewed again (locking the row until COMMIT) just before the ledger row is
  * written, so a drain whose lease was taken over while the handler ran commits nothing.
- * Under one write lock (SQLite) nothing can take the lease while the transaction is open:
- * it is renewed once, inside, first.
+ * Under one write lock (SQLite) nothing can take the lease while the transaction is open,
+ * and the transaction is the lock: ingest and every other lane wait for it. So there the
+ * decision commits first, on its own, and the handler's transaction opens at its first
+ * statement (or when the handler has returned), deciding again inside it: a handler that
+ * calls an API before it writes holds no lock meanwhile. A decision that no longer holds
+ * then (the lease taken over, the key's ledger row changed) commits nothing of the run.
  */
 
 /** A module effect to run: what DrainStore.runTransactionalEffect is given. */
@@ -44,20 +48,35 @@ export async function runTransactionalEffect(b: DrainBackend, m: ModuleEffect): 
   const startedAt = now();
   if (!d.oneWriter && !(await b.write('renew lease', () => renewLease(d, lease, startedAt + leaseMs), { oneStatement: true }))) return LOST;
 
-  const tx = await b.moduleTransaction('module effect');
+  let tx: ModuleTransaction;
   let decided: Decided | undefined;
-  try {
-    decided = await tx.run(begin(d, m, startedAt));
-    if (decided === undefined) {
-      await tx.rollback();
-      return LOST;
+  /** One writer: the decision no longer held when the transaction opened; nothing of the run was written. */
+  let changed = false;
+  if (d.oneWriter) {
+    decided = await b.write('module effect', () => begin(d, m, startedAt));
+    if (decided === undefined) return LOST;
+    if (decided.nonRun !== undefined) return decided.nonRun;
+    const first = decided;
+    tx = await b.moduleTransaction('module effect', function* () {
+      const holds = yield* decidedAgain(d, m, first);
+      changed ||= !holds;
+      return holds;
+    });
+  } else {
+    tx = await b.moduleTransaction('module effect');
+    try {
+      decided = await tx.run(begin(d, m, startedAt));
+      if (decided === undefined) {
+        await tx.rollback();
+        return LOST;
+      }
+      if (decided.nonRun !== undefined) {
+        await tx.commit();
+        return decided.nonRun;
+      }
+    } catch (e) {
+      throw await tx.fail(e);
     }
-    if (decided.nonRun !== undefined) {
-      await tx.commit();
-      return decided.nonRun;
-    }
-  } catch (e) {
-    throw await tx.fail(e);
   }
 
   // The transaction is held across this await: the handler's writes and the ledger row
@@ -82,15 +101,35 @@ export async function runTransactionalEffect(b: DrainBackend, m: ModuleEffect): 
       // under the lease guard: the handler is never run again in place.
       const lost = tx.connectionLost();
       const cause = await tx.fail(e);
+      if (changed) return decideOnceMore(b, m, run(now()), cause.message, row);
       const error = `the effect's transaction did not commit: ${lost ?? cause.message}; its writes were rolled back`;
       return recordFailure(b, run(now()), error, row, { guarded: true });
     }
   }
 
   await tx.rollback();
+  if (changed) return decideOnceMore(b, m, run(now()), DECISION_CHANGED, row);
   // A handler whose connection was dropped under it failed on the driver's own words: say why.
   const error = tx.connectionLost() ?? message(failure.error);
-  return recordFailure(b, run(now()), error, row, { guarded: false });
+  // Decided in a transaction of its own (one writer): the lease may have gone since.
+  return recordFailure(b, run(now()), error, row, { guarded: d.oneWriter });
+}
+
+/**
+ * One writer: the run's decision no longer held when its transaction opened, so nothing of
+ * it was written. Decided once more: what changed is recorded as such (the key done
+ * meanwhile by another receiver on the file: skipped); a key still to run records the run
+ * as failed, to be retried; the handler is never run again in place.
+ */
+async function decideOnceMore(b: DrainBackend, m: ModuleEffect, failed: ModuleRun, error: string, row: LedgerRow | undefined): Promise<TransactionalOutcome> {
+  try {
+    const now = await b.write('module effect', () => begin(b.dialect, m, m.now()));
+    if (now === undefined) return LOST;
+    if (now.nonRun !== undefined) return now.nonRun;
+  } catch {
+    // Recorded as failed below, or left to be written when the database answers again.
+  }
+  return recordFailure(b, failed, error, row, { guarded: true });
 }
 
 /**
@@ -126,6 +165,19 @@ function* begin(d: Dialect, m: ModuleEffect, startedAt: number): Steps<Decided |
   const held = d.oneWriter ? yield* renewLease(d, m.lease, startedAt + m.leaseMs) : yield* leaseHeld(d, m.lease);
   if (!held) return undefined;
   return yield* decide(d, m.lease, m.attempt, m.start, startedAt);
+}
+
+/**
+ * Inside the handler's transaction, opened after the decision committed (one writer): the
+ * same decision again, or false (the lease taken over, the key's ledger row changed).
+ */
+function* decidedAgain(d: Dialect, m: ModuleEffect, first: Decided): Steps<boolean> {
+  const again = yield* begin(d, m, m.now());
+  if (again?.run === undefined || again.run.runKey !== first.run?.runKey) return false;
+  const [a, b] = [again.row, first.row];
+  return a === undefined || b === undefined
+    ? a === b
+    : a.status === b.status && a.eventId === b.eventId && a.version === b.version && a.runs === b.runs && a.forcedRuns === b.forcedRuns;
 }
 
 /**

@@ -1,4 +1,4 @@
-import type { DrainBackend, ModuleTransaction, WriteOptions } from '../drain/backend.js';
+import { DECISION_CHANGED, type DrainBackend, type ModuleTransaction, type WriteOptions } from '../drain/backend.js';
 import type { Steps, StmtResult } from '../sql.js';
 import { sqliteError, whenUnlocked } from './errors.js';
 import { ingestIsWaiting, yieldToIngest } from './lock-priority.js';
@@ -42,6 +42,12 @@ export interface DrainConnection {
  */
 const GROUP_MS = 3;
 
+/** serve's group of drain steps sharing one transaction (see inGroup). */
+interface Group {
+  /** When its transaction opened; undefined while none is open. */
+  openSince: number | undefined;
+}
+
 /** The module effect's own transaction, or its savepoint inside a group's. */
 const EFFECT_SAVEPOINT = 'receiver_module_effect';
 
@@ -50,7 +56,7 @@ export class SqliteDrainBackend implements DrainBackend {
   readonly dialect = dialect;
   readonly #c: DrainConnection;
   /** While callers are inside inGroup: the group's transaction, open from its first write until it commits. */
-  #group: { openSince: number | undefined } | undefined;
+  #group: Group | undefined;
   /** How many callers are inside inGroup (lanes run side by side). */
   #groupUsers = 0;
   /** A heartbeat found a transaction open on the connection and left its renewal to it. */
@@ -169,47 +175,80 @@ export class SqliteDrainBackend implements DrainBackend {
     return this.#inTurn(() => this.#commitGroup());
   }
 
-  async moduleTransaction(what: string): Promise<ModuleTransaction> {
+  async moduleTransaction(what: string, reopen?: () => Steps<boolean>): Promise<ModuleTransaction> {
     const db = this.#c.db;
-    // The connection is this transaction's until it ends (see the class comment).
-    const done = await this.#takeTurn();
-    const g = this.#group;
-    try {
-      if (g !== undefined) {
-        await this.#enterGroup(g);
-        db.exec(`SAVEPOINT ${EFFECT_SAVEPOINT}`);
-      } else {
-        yieldToIngest(this.#c.ingestWaiting);
-        await whenUnlocked(what, Date.now() + this.#c.busyTimeoutMs, () => db.exec('BEGIN IMMEDIATE'));
-      }
-    } catch (e) {
-      done();
-      throw e;
-    }
-    const rollback = () => {
+    const rollback = (g: Group | undefined) => {
       if (g !== undefined) {
         db.exec(`ROLLBACK TO ${EFFECT_SAVEPOINT}`);
         db.exec(`RELEASE ${EFFECT_SAVEPOINT}`);
       } else if (db.inTransaction) db.exec('ROLLBACK');
     };
-    /** Runs the transaction's last step and gives the connection back, whatever happens. */
-    const end = <T>(fn: () => T): T => {
+    /** The connection's turn and the group the transaction opened in, once it is open. */
+    let open: Promise<{ done: () => void; g: Group | undefined }> | undefined;
+    // The connection is this transaction's from when it opens until it ends (see the class comment).
+    const opening = async () => {
+      const done = await this.#takeTurn();
+      const g = this.#group;
       try {
-        return fn();
-      } finally {
+        if (g !== undefined) {
+          await this.#enterGroup(g);
+          db.exec(`SAVEPOINT ${EFFECT_SAVEPOINT}`);
+        } else {
+          yieldToIngest(this.#c.ingestWaiting);
+          await whenUnlocked(what, Date.now() + this.#c.busyTimeoutMs, () => db.exec('BEGIN IMMEDIATE'));
+        }
+      } catch (e) {
         done();
+        throw e;
+      }
+      if (reopen !== undefined) {
+        let holds: boolean;
+        try {
+          holds = runSteps(db, reopen());
+        } catch (e) {
+          rollback(g);
+          done();
+          throw sqliteError(e, what);
+        }
+        if (!holds) {
+          rollback(g);
+          done();
+          throw new Error(DECISION_CHANGED);
+        }
+      }
+      return { done, g };
+    };
+    const opened = () => (open ??= opening());
+    if (reopen === undefined) await opened();
+    /** Runs the transaction's last step and gives the connection back, whatever happens; nothing to do if it never opened. */
+    const last = async <T>(fn: (g: Group | undefined) => T, unopened: T): Promise<T> => {
+      if (open === undefined) return unopened;
+      let o: Awaited<typeof open>;
+      try {
+        o = await open;
+      } catch {
+        return unopened;
+      }
+      try {
+        return fn(o.g);
+      } finally {
+        o.done();
       }
     };
     return {
-      run: (steps) => runSteps(db, steps),
+      run: async (steps) => {
+        await opened();
+        return runSteps(db, steps);
+      },
       statement: async (sql, params, want) => {
+        await opened();
         const s = db.prepare(sql);
         if (want === 'rows' && s.reader) return { rows: s.all(...params), changes: 0 } satisfies StmtResult;
         return { rows: [], changes: s.run(...params).changes };
       },
       handlerDone: async () => {},
-      commit: async () =>
-        end(() => {
+      commit: () =>
+        last((g) => {
           if (g !== undefined) {
             db.exec(`RELEASE ${EFFECT_SAVEPOINT}`);
             return;
@@ -217,13 +256,15 @@ export class SqliteDrainBackend implements DrainBackend {
           this.#runDeferred();
           db.exec('COMMIT');
           this.#durableSoon();
-        }),
-      rollback: async () => end(rollback),
-      fail: async (e) =>
-        end(() => {
-          rollback();
+        }, undefined),
+      rollback: () => last(rollback, undefined),
+      fail: async (e) => {
+        const failed = await last((g) => {
+          rollback(g);
           return this.#stepFailed(e, what);
-        }),
+        }, undefined);
+        return failed ?? (e instanceof Error ? e : sqliteError(e, what));
+      },
       connectionLost: () => undefined,
     };
   }
@@ -253,7 +294,7 @@ export class SqliteDrainBackend implements DrainBackend {
   }
 
   /** Before a write in a group: commit one that is old enough (or that ingest waits for), and open one if none is. */
-  async #enterGroup(g: { openSince: number | undefined }): Promise<void> {
+  async #enterGroup(g: Group): Promise<void> {
     const c = this.#c;
     if (g.openSince !== undefined && (Date.now() - g.openSince >= GROUP_MS || ingestIsWaiting(c.ingestWaiting))) this.#commitGroup();
     if (g.openSince !== undefined) return;

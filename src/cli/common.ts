@@ -47,6 +47,7 @@ export function overridesFrom(
   if (options.logFormat !== undefined) overrides.logFormat = options.logFormat;
   if (options.user !== undefined) overrides.user = options.user;
   if (options.envFile !== undefined) overrides.envFile = options.envFile;
+  if (options.pidFile !== undefined) overrides.pidFile = options.pidFile;
   return overrides;
 }
 

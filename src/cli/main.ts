@@ -10,6 +10,7 @@ import { registerCheckConfig } from './check-config.js';
 import { registerContrib } from './contrib.js';
 import { registerEvents } from './events.js';
 import { registerPurge } from './purge.js';
+import { registerReload } from './reload.js';
 import { registerReplay } from './replay.js';
 import { registerSendTest } from './send-test.js';
 import { registerServe } from './serve.js';
@@ -78,6 +79,7 @@ function buildProgram(io: CliIo = processIo()): Command {
   });
   registerServe(program, io);
   registerCheckConfig(program, io);
+  registerReload(program, io);
   registerSendTest(program, io);
   registerPurge(program, io);
   registerReplay(program, io);

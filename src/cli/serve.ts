@@ -2,14 +2,16 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { exposedSecretFiles } from '../config/secret-files.js';
 import { becomeServiceUser, exposureWarning } from '../config/service-user.js';
 import { assertRunnable } from '../config/check.js';
-import { unchanged, type ConfigChanges } from '../config/changes.js';
+import { RestartNeeded, unchanged, type ConfigChanges } from '../config/changes.js';
 import { loadConfigAndEnv, type Config } from '../config/load.js';
 import { startPrivilegedReader } from '../config/reader.js';
 import { readText } from '../config/secret.js';
 import { createLogger, logStyle, stderrWriter } from '../log.js';
+import { ReceiverError } from '../errors.js';
 import { startReceiver } from '../server.js';
 import { addCommonOptions, overridesFrom, type CommonOptions } from './common.js';
 import type { CliIo } from './io.js';
+import { removePidFile, writePidFile, writeReloadRecord, type ReloadRecord } from './pid-file.js';
 
 interface ServeOptions extends CommonOptions {
   host?: string;
@@ -17,6 +19,7 @@ interface ServeOptions extends CommonOptions {
   logLevel?: string;
   logFormat?: string;
   user?: string;
+  pidFile?: string;
 }
 
 function portNumber(value: string): number {
@@ -48,6 +51,10 @@ export function registerServe(program: Command, io: CliIo): void {
     .option('--log-level <level>', 'fatal, error, warn, info, debug, trace or silent (overrides "log.level"; also $RECEIVER_LOG_LEVEL)')
     .option('--log-format <format>', 'auto, json or pretty (overrides "log.format"; also $RECEIVER_LOG_FORMAT)')
     .option('--user <name>', 'started as root: read the configuration and secrets, then run as this user (overrides "user"; also $RECEIVER_USER)')
+    .option(
+      '--pid-file <file>',
+      'write the process id here once listening, and each reload\'s outcome beside it, for `receiver reload` (overrides "pidFile"; also $RECEIVER_PID_FILE)',
+    )
     .action((options: ServeOptions) => serve(options, io));
 }
 
@@ -97,23 +104,53 @@ export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
     onFatal: crash('drain thread failed'),
     env: loaded.env,
   });
+  // After listening, so a serve that could not start leaves a running one's file alone.
+  const pidFile = config.pidFile;
+  if (pidFile !== undefined) {
+    try {
+      writePidFile(pidFile, process.pid);
+    } catch (e) {
+      await receiver.stop(0).catch(() => undefined);
+      throw new ReceiverError('runtime', `cannot write the pid file ${pidFile} (${(e as NodeJS.ErrnoException).code ?? String(e)})`, {
+        hint: "make its directory writable by the service's user (e.g. /var/lib/receiver/receiver.pid), or leave pidFile unset",
+      });
+    }
+  }
+  let reloads = 0;
+  const record = (r: Omit<ReloadRecord, 'pid' | 'seq' | 'finishedAt' | 'file'>) => {
+    if (pidFile === undefined) return;
+    try {
+      writeReloadRecord(pidFile, { pid: process.pid, seq: ++reloads, ...r, finishedAt: io.now(), file: config.file });
+    } catch (e) {
+      logger.warn({ file: pidFile, err: String(e) }, 'reload outcome not written beside the pid file');
+    }
+  };
 
   // SIGHUP: the configuration file, the environment file and every `file:` secret are
   // read again and checked as check-config checks them; only then is the new
   // configuration swapped in. A configuration that fails any of it leaves the running one
   // as it is. Reloads run one at a time; signals meanwhile make one more.
   const reloadOnce = async () => {
+    const startedAt = io.now();
     try {
       const next = loadConfigAndEnv(overrides, io.env, files === undefined ? readText : await files.read());
       await assertRunnable(next.config, { cwd: process.cwd(), env: next.env });
       const changes = receiver.reload(next.config, next.env);
       receiver.metrics.observeReload('ok');
       logger.info({ file: next.config.file, ...changedFields(changes) }, unchanged(changes) ? 'config reloaded: nothing changed' : 'config reloaded');
+      record({ startedAt, result: 'applied', changes: changedFields(changes) });
       exposedFiles(next.config);
     } catch (e) {
       receiver.metrics.observeReload('error');
       const err = e as { message?: unknown; hint?: unknown };
-      logger.error({ err: String(err.message ?? e), ...(typeof err.hint === 'string' ? { hint: err.hint } : {}) }, 'config reload failed');
+      const hint = typeof err.hint === 'string' ? { hint: err.hint } : {};
+      logger.error({ err: String(err.message ?? e), ...hint }, 'config reload failed');
+      record({
+        startedAt,
+        ...(e instanceof RestartNeeded ? { result: 'refused', restart: e.fields } : { result: 'failed' }),
+        error: String(err.message ?? e),
+        ...hint,
+      });
     }
   };
   let reloading: Promise<void> | undefined;
@@ -152,6 +189,7 @@ export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
       // Logged by stop().
       code = 1;
     }
+    if (pidFile !== undefined) removePidFile(pidFile, process.pid);
     logger.info({ signal, tookMs: io.now() - started }, 'stopped');
     process.exit(code);
   };

@@ -1,4 +1,4 @@
-import { configError } from '../errors.js';
+import { ReceiverError } from '../errors.js';
 import type { Config } from './load.js';
 import { Secret } from './secret.js';
 
@@ -27,6 +27,7 @@ const RESTART_FIELDS: readonly [string, (c: Config) => unknown][] = [
   ['port', (c) => c.port],
   ['database', (c) => c.database],
   ['user', (c) => c.user],
+  ['pidFile', (c) => c.pidFile],
   ['drain.enabled', (c) => c.drain.enabled],
   ['drain.leaseSeconds', (c) => c.drain.leaseSeconds],
   ['drain.pollMs', (c) => c.drain.pollMs],
@@ -37,7 +38,7 @@ const RESTART_FIELDS: readonly [string, (c: Config) => unknown][] = [
 ];
 
 /** Top-level fields compared as a whole, besides sources and routes (the restart fields are refused before). */
-const SETTINGS_SKIPPED = new Set(['file', 'sources', 'routes', 'httpSecrets', 'catchUp', 'host', 'port', 'database', 'user', 'drain', 'busyTimeoutMs', 'log']);
+const SETTINGS_SKIPPED = new Set(['file', 'sources', 'routes', 'httpSecrets', 'catchUp', ...RESTART_FIELDS.map(([name]) => name.split('.')[0]!)]);
 
 /**
  * A reload that changes a restart field is refused as a whole, naming each field
@@ -46,10 +47,19 @@ const SETTINGS_SKIPPED = new Set(['file', 'sources', 'routes', 'httpSecrets', 'c
 export function assertReloadable(running: Config, next: Config): void {
   const fields = RESTART_FIELDS.filter(([, get]) => get(running) !== get(next)).map(([name]) => name);
   if (fields.length === 0) return;
-  throw configError(
-    `${next.file}: ${fields.map((f) => `${f}: needs a restart`).join('; ')}; nothing of this reload was applied`,
-    `restart the service to apply ${fields.join(', ')} (systemctl restart receiver), or change ${fields.length === 1 ? 'it' : 'them'} back and reload`,
-  );
+  throw new RestartNeeded(fields, next.file);
+}
+
+/** A reload refused because it changes restart fields (`fields`, by name); a `config` error. */
+export class RestartNeeded extends ReceiverError {
+  constructor(
+    readonly fields: string[],
+    file: string,
+  ) {
+    super('config', `${file}: ${fields.map((f) => `${f}: needs a restart`).join('; ')}; nothing of this reload was applied`, {
+      hint: `restart the service to apply ${fields.join(', ')} (systemctl restart receiver), or change ${fields.length === 1 ? 'it' : 'them'} back and reload`,
+    });
+  }
 }
 
 export function configChanges(running: { config: Config; env: NodeJS.ProcessEnv }, next: { config: Config; env: NodeJS.ProcessEnv }): ConfigChanges {

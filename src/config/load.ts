@@ -49,6 +49,8 @@ export interface ConfigOverrides {
   user?: string;
   /** serve --env-file: wins over $RECEIVER_ENV_FILE and `envFile`. */
   envFile?: string;
+  /** serve --pid-file, reload --pid-file: win over $RECEIVER_PID_FILE and `pidFile`. */
+  pidFile?: string;
   /**
    * Operator commands (events, stats, replay, purge) verify nothing: they load the
    * configuration without resolving secrets, so they run without the service's secrets.
@@ -257,6 +259,7 @@ export function resolveConfig(
 
   const database = overrides.db ?? env.RECEIVER_DB ?? raw.database;
   const host = overrides.host ?? env.RECEIVER_HOST ?? raw.host;
+  const pidFile = overrides.pidFile ?? (env.RECEIVER_PID_FILE === '' ? undefined : env.RECEIVER_PID_FILE) ?? raw.pidFile;
   const user = overrides.user ?? (env.RECEIVER_USER === '' ? undefined : env.RECEIVER_USER) ?? raw.user;
   if (user !== undefined && !USER_NAME.test(user)) throw configError(`user: "${user}" is not a user name`, "name the service's user, e.g. receiver");
   const portText = overrides.port ?? env.RECEIVER_PORT;
@@ -391,6 +394,8 @@ export function resolveConfig(
     database: isPostgresUrl(database) || database === ':memory:' ? database : resolve(database),
     host,
     ...(user === undefined ? {} : { user }),
+    // Against the working directory, as `database`: serve and reload must name the same file.
+    ...(pidFile === undefined ? {} : { pidFile: resolve(pidFile) }),
     port,
     log: { ...raw.log, level: level as RawConfig['log']['level'], format },
     sources,

@@ -166,6 +166,11 @@ export const configSchema = z.strictObject({
    * variables of the real environment win over it.
    */
   envFile: z.string().min(1).optional(),
+  /**
+   * serve writes its process id here once it listens, and the outcome of each reload beside
+   * it (`<pidFile>.reload.json`), for `receiver reload`; both are removed on a clean exit.
+   */
+  pidFile: z.string().min(1).optional(),
   host: z.string().min(1).default('127.0.0.1'),
   port: z.number().int().min(0).max(65535).default(8080),
   maxBodyBytes: z.number().int().positive().default(1_048_576),

@@ -1,10 +1,10 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openSqlite } from '../../src/store/sqlite/open.js';
-import { REPO, tempDir } from '../helpers.js';
+import { REPO, tempDir, waitFor } from '../helpers.js';
 import { runCronFile } from './cron.js';
 import { commandBlock, debianRoot, envFileCommand, mover, runCommands, standIns } from './docs.js';
 
@@ -114,6 +114,31 @@ describe('the install path of docs/operations.md and contrib/', () => {
     expect(without.status).not.toBe(0);
     expect(without.stderr).toMatch(/can't cd to .*var\/lib\/receiver|No such file or directory/);
   });
+
+  it("serve started with the example configuration writes its pid file; `receiver reload` through the wrapper finds serve by it and prints serve's outcome", async () => {
+    const { root, configFile, wrapperEnv, receiver } = install('reload');
+    const pidFile = join(root, 'var/lib/receiver/receiver.pid');
+    // The wrapper execs serve: its pid is serve's.
+    const serve = spawn(join(root, 'usr/local/bin/receiver'), ['serve', '--port', '0'], {
+      env: { PATH: `${dirname(process.execPath)}:/usr/bin:/bin`, ...wrapperEnv },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let log = '';
+    serve.stderr.on('data', (d: Buffer) => (log += d.toString()));
+    const exited = new Promise<number | null>((r) => serve.on('exit', r));
+    try {
+      await waitFor(() => (log.includes('"msg":"listening"') ? true : undefined), 'serve listening', 20_000);
+      expect(readFileSync(pidFile, 'utf8')).toBe(`${serve.pid}\n`);
+      const reloaded = receiver(['reload']);
+      expect(reloaded.stderr).toBe('');
+      expect(reloaded.stdout).toBe(`serve ${serve.pid} reloaded ${configFile}: nothing changed\n`);
+      expect(reloaded.status).toBe(0);
+    } finally {
+      serve.kill('SIGTERM');
+    }
+    expect(await exited).toBe(0);
+    expect(existsSync(pidFile)).toBe(false);
+  }, 60_000);
 
   it("the cron lines, as installed: a failed purge or backup is the line's exit status and its Error line reaches logger; a good one exits 0", () => {
     const { root, moved, wrapperEnv } = install('cron');

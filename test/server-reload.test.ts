@@ -9,7 +9,7 @@ describe('startReceiver: reload', () => {
   afterAll(tmp.cleanup);
   const quiet = createLogger('silent');
 
-  it('keeps the failed admin logins across a reload, and refuses a port change with nothing applied', async () => {
+  it('keeps the failed admin logins across a reload, and refuses a port or pidFile change with nothing applied', async () => {
     const json = { port: 0, database: `${tmp.dir}/r.db`, admin: { token: 'admin-token-for-the-reload-test-0123456789' } };
     const receiver = await startReceiver(makeConfig(json, tmp.dir), { logger: quiet, deliveryLogger: quiet });
     try {
@@ -22,6 +22,7 @@ describe('startReceiver: reload', () => {
       // A reload gives a guesser no fresh start.
       expect(await tryToken()).toBe(429);
       expect(() => receiver.reload(makeConfig({ ...json, port: 1 }, tmp.dir))).toThrow(/port: needs a restart/);
+      expect(() => receiver.reload(makeConfig({ ...json, pidFile: `${tmp.dir}/r.pid` }, tmp.dir))).toThrow(/pidFile: needs a restart/);
       expect(receiver.current().config.maxBodyBytes).toBe(4096);
     } finally {
       await receiver.stop();

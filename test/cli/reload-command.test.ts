@@ -137,6 +137,15 @@ describe('receiver reload', () => {
     await waitFor(() => (reloadLines(serve) > before ? true : undefined), 'serve to reload');
   }, 30_000);
 
+  it('a pid file serve cannot write ends its start: exit 1, Error/Try naming it', async () => {
+    const d = join(tmp.dir, 'unwritable');
+    mkdirSync(d);
+    const f = writeConfig(d, { sources: base.sources });
+    const r = await runCli(['serve', '-c', f, '--port', '0', '--pid-file', join(d, 'no-such-dir/receiver.pid')]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`Error: cannot write the pid file ${join(d, 'no-such-dir/receiver.pid')} (ENOENT)\nTry: make its directory writable`);
+  }, 30_000);
+
   it('a clean exit removes the pid file; one a crash left behind is reported as stale, nothing signalled', async () => {
     const d = join(tmp.dir, 'stale');
     mkdirSync(d);
@@ -146,6 +155,12 @@ describe('receiver reload', () => {
     expect(readFileSync(pf, 'utf8')).toBe(`${clean.child.pid}\n`);
     expect(await clean.stop()).toBe(0);
     expect(existsSync(pf)).toBe(false);
+
+    // A pid file another process wrote since is left alone.
+    const replaced = await startServe(f);
+    writeFileSync(pf, '999999\n');
+    expect(await replaced.stop()).toBe(0);
+    expect(readFileSync(pf, 'utf8')).toBe('999999\n');
 
     const crashed = await startServe(f);
     await crashed.stop('SIGKILL');

@@ -1,10 +1,10 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openSqlite } from '../../src/store/sqlite/open.js';
-import { REPO, tempDir, waitFor } from '../helpers.js';
+import { REPO, startServe, tempDir } from '../helpers.js';
 import { runCronFile } from './cron.js';
 import { commandBlock, debianRoot, envFileCommand, mover, runCommands, standIns } from './docs.js';
 
@@ -118,25 +118,17 @@ describe('the install path of docs/operations.md and contrib/', () => {
   it("serve started with the example configuration writes its pid file; `receiver reload` through the wrapper finds serve by it and prints serve's outcome", async () => {
     const { root, configFile, wrapperEnv, receiver } = install('reload');
     const pidFile = join(root, 'var/lib/receiver/receiver.pid');
-    // The wrapper execs serve: its pid is serve's.
-    const serve = spawn(join(root, 'usr/local/bin/receiver'), ['serve', '--port', '0'], {
-      env: { PATH: `${dirname(process.execPath)}:/usr/bin:/bin`, ...wrapperEnv },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
-    let log = '';
-    serve.stderr.on('data', (d: Buffer) => (log += d.toString()));
-    const exited = new Promise<number | null>((r) => serve.on('exit', r));
+    // As the unit runs it: in the state directory, reading the environment file itself.
+    const serve = await startServe(configFile, { env: wrapperEnv, cwd: join(root, 'var/lib/receiver') });
     try {
-      await waitFor(() => (log.includes('"msg":"listening"') ? true : undefined), 'serve listening', 20_000);
-      expect(readFileSync(pidFile, 'utf8')).toBe(`${serve.pid}\n`);
+      expect(readFileSync(pidFile, 'utf8')).toBe(`${serve.child.pid}\n`);
       const reloaded = receiver(['reload']);
       expect(reloaded.stderr).toBe('');
-      expect(reloaded.stdout).toBe(`serve ${serve.pid} reloaded ${configFile}: nothing changed\n`);
+      expect(reloaded.stdout).toBe(`serve ${serve.child.pid} reloaded ${configFile}: nothing changed\n`);
       expect(reloaded.status).toBe(0);
     } finally {
-      serve.kill('SIGTERM');
+      expect(await serve.stop()).toBe(0);
     }
-    expect(await exited).toBe(0);
     expect(existsSync(pidFile)).toBe(false);
   }, 60_000);
 

@@ -16,7 +16,7 @@ export interface ReloadRecord {
   /** When serve began reading the files (ms since the epoch): the record answers a signal sent before it. */
   startedAt: number;
   finishedAt: number;
-  /** The configuration file serve read. */
+  /** The configuration file serve read, as an absolute path. */
   file: string;
   /** `applied` (`changes` may be empty), `refused` (a restart field changed: `restart`), `failed` (anything else). */
   result: 'applied' | 'refused' | 'failed';

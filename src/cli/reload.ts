@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { resolve } from 'node:path';
 import type { Command } from 'commander';
 import { assertRunnable } from '../config/check.js';
 import type { Config } from '../config/load.js';
@@ -67,6 +68,10 @@ async function reload(options: ReloadOptions, io: CliIo): Promise<void> {
     });
   }
   const record = await outcome(config.pidFile, pid, sentAt, options.timeout * 1000, io);
+  // What was checked above is what serve read only when they are the same file.
+  if (record.file !== resolve(config.file)) {
+    io.stderr.write(`Warning: serve ${pid} reads ${record.file}; this command checked ${resolve(config.file)} (pass -c ${record.file})\n`);
+  }
   report(record, options.json === true, io);
 }
 

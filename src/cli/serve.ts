@@ -1,3 +1,4 @@
+import { resolve } from 'node:path';
 import { InvalidArgumentError, type Command } from 'commander';
 import { exposedSecretFiles } from '../config/secret-files.js';
 import { becomeServiceUser, exposureWarning } from '../config/service-user.js';
@@ -120,7 +121,7 @@ export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
   const record = (r: Omit<ReloadRecord, 'pid' | 'seq' | 'finishedAt' | 'file'>) => {
     if (pidFile === undefined) return;
     try {
-      writeReloadRecord(pidFile, { pid: process.pid, seq: ++reloads, ...r, finishedAt: io.now(), file: config.file });
+      writeReloadRecord(pidFile, { pid: process.pid, seq: ++reloads, ...r, finishedAt: io.now(), file: resolve(config.file) });
     } catch (e) {
       logger.warn({ file: pidFile, err: String(e) }, 'reload outcome not written beside the pid file');
     }

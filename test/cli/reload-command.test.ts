@@ -105,6 +105,24 @@ describe('receiver reload', () => {
     expect(back.stdout).toContain('  routes removed: b\n');
   }, 30_000);
 
+  it("another configuration file than serve's: the outcome, with a warning naming both", async () => {
+    const other = join(tmp.dir, 'other.json');
+    writeFileSync(other, readFileSync(file));
+    const r = await runCli(['reload', '-c', other]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toBe(`serve ${serve.child.pid} reloaded ${file}: nothing changed\n`);
+    expect(r.stderr).toBe(`Warning: serve ${serve.child.pid} reads ${file}; this command checked ${other} (pass -c ${file})\n`);
+  }, 30_000);
+
+  it('serve writes no outcome where the command looks: exit 1 after --timeout, saying where it looked', async () => {
+    const elsewhere = join(tmp.dir, 'elsewhere.pid');
+    const started = Date.now();
+    const r = await runCli(['reload', '-c', file, '--pid', String(serve.child.pid), '--pid-file', elsewhere, '--timeout', '1']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`Error: serve ${serve.child.pid} was signalled but wrote no outcome to ${elsewhere}.reload.json within 1 s\nTry: `);
+    expect(Date.now() - started).toBeLessThan(10_000);
+  }, 30_000);
+
   it('a pid that is not a receiver serve is refused and never signalled', async () => {
     // sleep ends on SIGHUP: alive afterwards means it was never sent one.
     const other = spawn('sleep', ['30'], { stdio: 'ignore' });

@@ -4,7 +4,7 @@ import type { Command } from 'commander';
 import { assertRunnable } from '../config/check.js';
 import type { Config } from '../config/load.js';
 import { ReceiverError } from '../errors.js';
-import { addCommonOptions, configAndEnvFrom, positiveInt, printJson, type CommonOptions } from './common.js';
+import { addCommonOptions, configAndEnvFrom, positiveInt, printable, printJson, type CommonOptions } from './common.js';
 import { ExitCode, type CliIo } from './io.js';
 import { processIsServe, readPidFile, readReloadRecord, reloadRecordPath, type ReloadRecord } from './pid-file.js';
 
@@ -48,7 +48,7 @@ async function reload(options: ReloadOptions, io: CliIo): Promise<void> {
     });
   }
   if (!found.serve) {
-    throw new ReceiverError('runtime', `process ${pid} (${from}) is not a receiver serve: ${found.command ?? ''}; it was not signalled`, {
+    throw new ReceiverError('runtime', `process ${pid} (${from}) is not a receiver serve: ${shortCommand(found.command ?? '')}; it was not signalled`, {
       hint: 'name the running serve with --pid, --pid-file or --unit (a stale pid file may name a process that took its number)',
     });
   }
@@ -67,13 +67,16 @@ async function reload(options: ReloadOptions, io: CliIo): Promise<void> {
       hint: `read its log (journalctl -u ${options.unit} -o cat -n 5: "config reloaded" or "config reload failed"); set "pidFile" (serve --pid-file) for reload to print it`,
     });
   }
-  const record = await outcome(config.pidFile, pid, sentAt, options.timeout * 1000, io);
+  const record = await outcome(config.pidFile, pid, { sentAt, timeoutMs: options.timeout * 1000, unit: options.unit }, io);
   // What was checked above is what serve read only when they are the same file.
   if (record.file !== resolve(config.file)) {
     io.stderr.write(`Warning: serve ${pid} reads ${record.file}; this command checked ${resolve(config.file)} (pass -c ${record.file})\n`);
   }
   report(record, options.json === true, io);
 }
+
+/** Another process's command line, for a message: controls escaped, at most 200 characters. */
+const shortCommand = (command: string) => printable(command.length > 200 ? `${command.slice(0, 200)}...` : command);
 
 /** serve's pid, and where it came from (for messages): --pid, the pid file, or the systemd unit. */
 function findServe(options: ReloadOptions, config: Config): { pid: number; from: string } {
@@ -120,19 +123,20 @@ function findServe(options: ReloadOptions, config: Config): { pid: number; from:
 }
 
 /** Waits for serve's record of a reload that began at or after `sentAt`. */
-async function outcome(pidFile: string, pid: number, sentAt: number, timeoutMs: number, io: CliIo): Promise<ReloadRecord> {
+async function outcome(pidFile: string, pid: number, wait: { sentAt: number; timeoutMs: number; unit: string }, io: CliIo): Promise<ReloadRecord> {
+  const { sentAt, timeoutMs } = wait;
   const deadline = io.now() + timeoutMs;
   for (;;) {
     const record = readReloadRecord(pidFile);
     if (record !== undefined && record.pid === pid && record.startedAt >= sentAt) return record;
     if (!processIsServe(pid).running) {
       throw new ReceiverError('runtime', `serve ${pid} exited before it reported the outcome of the reload`, {
-        hint: 'read its log (journalctl -u receiver -o cat -n 20), and start it again',
+        hint: `read its log (journalctl -u ${wait.unit} -o cat -n 20), and start it again`,
       });
     }
     if (io.now() >= deadline) {
       throw new ReceiverError('runtime', `serve ${pid} was signalled but wrote no outcome to ${reloadRecordPath(pidFile)} within ${timeoutMs / 1000} s`, {
-        hint: 'read its log ("config reloaded" or "config reload failed"); a serve started with another pid file, or without one, writes none there; a longer --timeout for a slow check',
+        hint: `read its log (journalctl -u ${wait.unit} -o cat -n 5: "config reloaded" or "config reload failed"); a serve started with another pid file, or without one, writes none there; a longer --timeout for a slow check`,
       });
     }
     await new Promise((r) => setTimeout(r, 50));

@@ -116,14 +116,15 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
     expect(r.stdout).toMatch(/^Usage: receiver /);
   });
 
-  it('a session: serve, send-test, a duplicate, events list and show, exec and module effects, SIGTERM', async () => {
+  it('a session: serve, send-test, a duplicate, events list and show, exec and module effects, reload, SIGTERM', async () => {
     const s = setup();
     // An ESM module effect and an exec effect beside the config, drained by serve's drain
     // thread: the executable must carry and start that thread, import the module there and
     // spawn from there.
     const json = { ...s.json, routes: effectRoutes(s.dir) };
     const file = writeConfig(s.dir, json);
-    const serve = await startServe(file, { env: s.env });
+    const pidFile = join(s.dir, 'receiver.pid');
+    const serve = await startServe(file, { env: s.env, args: ['--pid-file', pidFile] });
     try {
       const sent = await runCli(['send-test', 'shop', '-c', file, '--url', serve.url, '--run-effects'], { env: s.env });
       expect(sent.code).toBe(0);
@@ -156,6 +157,11 @@ describe.runIf(BINARY !== undefined)('the single executable', () => {
       expect(JSON.parse(show.stdout)).toMatchObject({ id, deliveryId: 'o-7', status: 'done' });
       // The module ran in the module host, not in serve.
       expectModuleHost(read('module.log'), 2, serve.child.pid);
+
+      // reload knows the executable's serve by its command line, and prints serve's outcome.
+      const reloaded = await runCli(['reload', '-c', file, '--pid-file', pidFile], { env: s.env });
+      expect(reloaded.stderr).toBe('');
+      expect(reloaded.stdout).toBe(`serve ${serve.child.pid} reloaded ${file}: nothing changed\n`);
     } finally {
       expect(await serve.stop('SIGTERM')).toBe(0);
     }

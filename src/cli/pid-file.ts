@@ -1,4 +1,4 @@
-import { readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
+import { readFileSync, renameSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { basename } from 'node:path';
 
 /**
@@ -33,7 +33,9 @@ export const reloadRecordPath = (pidFile: string): string => `${pidFile}.reload.
 
 function replaceFile(path: string, text: string): void {
   const tmp = `${path}.${process.pid}.tmp`;
-  writeFileSync(tmp, text);
+  rmSync(tmp, { force: true });
+  // Created anew (never through a link someone put there), then renamed over the old file.
+  writeFileSync(tmp, text, { flag: 'wx' });
   renameSync(tmp, path);
 }
 

@@ -154,6 +154,11 @@ describe.runIf(BINARY !== undefined)('the one-file install of docs/operations.md
         20_000,
       );
 
+      // `receiver reload`: serve found by the example's pid file, its outcome printed.
+      const reloaded = receiver(['reload']);
+      expect(reloaded.stderr).toBe('');
+      expect(reloaded.stdout).toBe(`serve ${serve.pid} reloaded ${configFile}: nothing changed\n`);
+
       // The cron lines, as installed: through the wrapper, output to logger, the status kept.
       const cron = runCronFile(readFileSync(join(root, 'etc/cron.d/receiver'), 'utf8'), moved, {
         tmp: join(tmp.dir, 'cron'),

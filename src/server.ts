@@ -125,8 +125,8 @@ export function startupWarnings(
     }
   }
   // SQLite has one writer: a module effect holds the write lock from its handler's first
-  // statement until the handler ends (its writes commit with the ledger row). Ingest waits
-  // busyTimeoutMs for that lock, then answers 503.
+  // statement (or its start) until the handler ends (its writes commit with the ledger
+  // row). Ingest waits busyTimeoutMs for that lock, then answers 503.
   if (!isPostgresUrl(config.database)) {
     for (const route of config.routes) {
       const holdMs = route.effect.timeoutSeconds * 1000;

@@ -43,16 +43,11 @@ export interface DrainBackend {
   /** Commits the current group's transaction, if one is open (see DrainStore.commitGroup). */
   commitGroup(): Promise<void>;
 
-  /**
-   * Opens the transaction a module effect's handler runs in (see module-tx.ts). With
-   * `reopen` (one writer), it opens only at its first step or statement, which run after
-   * `reopen`'s steps say the decision still holds; when they say it does not, that step or
-   * statement fails with DecisionChanged and nothing is written.
-   */
-  moduleTransaction(what: string, reopen?: () => Steps<boolean>): Promise<ModuleTransaction>;
+  /** Opens the transaction a module effect's handler runs in (see module-tx.ts). */
+  moduleTransaction(what: string): Promise<ModuleTransaction>;
 }
 
-/** Why a module effect's lazily opened transaction refused its step or statement (see moduleTransaction). */
+/** Why a module effect's transaction, opened again, refused its step or statement (see handlerStarting). */
 export const DECISION_CHANGED =
   "the module effect's run no longer held when its transaction opened (its lease was taken over, or its key's ledger row changed); nothing of it was written";
 
@@ -70,6 +65,14 @@ export interface WriteOptions {
 export interface ModuleTransaction {
   /** Runs steps in the transaction. */
   run<T>(steps: Steps<T>): T | Promise<T>;
+  /**
+   * Where the transaction is the database's one write lock (SQLite): the handler starts
+   * now, with the decision made. If it has issued no statement a moment later, the
+   * transaction commits what it holds (the lease renewal) and gives the lock back; the next
+   * step or statement opens it again, running `reopen`'s steps first, and fails with
+   * DECISION_CHANGED, writing nothing, when they say the decision no longer holds.
+   */
+  handlerStarting?(reopen: () => Steps<boolean>): void;
   /**
    * One statement of the handler's own, for its rows (EffectDb.query) or its changed-row
    * count (EffectDb.run). One that fails (and is caught by the handler) leaves the

@@ -19,12 +19,13 @@ import { complete } from './settle.js';
  * it: there the lease is renewed in a short transaction of its own first, only checked
  * inside, and renewed again (locking the row until COMMIT) just before the ledger row is
  * written, so a drain whose lease was taken over while the handler ran commits nothing.
- * Under one write lock (SQLite) nothing can take the lease while the transaction is open,
- * and the transaction is the lock: ingest and every other lane wait for it. So there the
- * decision commits first, on its own, and the handler's transaction opens at its first
- * statement (or when the handler has returned), deciding again inside it: a handler that
- * calls an API before it writes holds no lock meanwhile. A decision that no longer holds
- * then (the lease taken over, the key's ledger row changed) commits nothing of the run.
+ * Under one write lock (SQLite) nothing can take the lease while the transaction is open:
+ * it is renewed once, inside, first. But the transaction is the lock, and ingest and every
+ * other lane wait for it: a handler that has not written a moment after it started (it
+ * calls an API first) gives it back (see ModuleTransaction.handlerStarting), and its first
+ * statement opens the transaction again, deciding again inside it. A decision that no
+ * longer holds then (the lease taken over, the key's ledger row changed) commits nothing
+ * of the run.
  */
 
 /** A module effect to run: what DrainStore.runTransactionalEffect is given. */
@@ -48,36 +49,29 @@ export async function runTransactionalEffect(b: DrainBackend, m: ModuleEffect): 
   const startedAt = now();
   if (!d.oneWriter && !(await b.write('renew lease', () => renewLease(d, lease, startedAt + leaseMs), { oneStatement: true }))) return LOST;
 
-  let tx: ModuleTransaction;
+  const tx = await b.moduleTransaction('module effect');
   let decided: Decided | undefined;
-  /** One writer: the decision no longer held when the transaction opened; nothing of the run was written. */
-  let changed = false;
-  if (d.oneWriter) {
-    decided = await b.write('module effect', () => begin(d, m, startedAt));
-    if (decided === undefined) return LOST;
-    if (decided.nonRun !== undefined) return decided.nonRun;
-    const first = decided;
-    tx = await b.moduleTransaction('module effect', function* () {
-      const holds = yield* decidedAgain(d, m, first);
-      changed ||= !holds;
-      return holds;
-    });
-  } else {
-    tx = await b.moduleTransaction('module effect');
-    try {
-      decided = await tx.run(begin(d, m, startedAt));
-      if (decided === undefined) {
-        await tx.rollback();
-        return LOST;
-      }
-      if (decided.nonRun !== undefined) {
-        await tx.commit();
-        return decided.nonRun;
-      }
-    } catch (e) {
-      throw await tx.fail(e);
+  try {
+    decided = await tx.run(begin(d, m, startedAt));
+    if (decided === undefined) {
+      await tx.rollback();
+      return LOST;
     }
+    if (decided.nonRun !== undefined) {
+      await tx.commit();
+      return decided.nonRun;
+    }
+  } catch (e) {
+    throw await tx.fail(e);
   }
+  /** The decision no longer held when the transaction opened again; nothing of the run was written. */
+  let changed = false;
+  const first = decided;
+  tx.handlerStarting?.(function* () {
+    const holds = yield* decidedAgain(d, m, first);
+    changed ||= !holds;
+    return holds;
+  });
 
   // The transaction is held across this await: the handler's writes and the ledger row
   // below commit together, or not at all.
@@ -168,8 +162,8 @@ function* begin(d: Dialect, m: ModuleEffect, startedAt: number): Steps<Decided |
 }
 
 /**
- * Inside the handler's transaction, opened after the decision committed (one writer): the
- * same decision again, or false (the lease taken over, the key's ledger row changed).
+ * Inside the handler's transaction, opened again after it gave the lock back: the same
+ * decision again, or false (the lease taken over, the key's ledger row changed).
  */
 function* decidedAgain(d: Dialect, m: ModuleEffect, first: Decided): Steps<boolean> {
   const again = yield* begin(d, m, m.now());

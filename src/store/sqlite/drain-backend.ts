@@ -48,6 +48,20 @@ interface Group {
   openSince: number | undefined;
 }
 
+/** A module effect's open transaction: the connection's turn it holds, and the group it is a savepoint of. */
+interface Held {
+  done: () => void;
+  g: Group | undefined;
+}
+
+/**
+ * How long a module handler may go without a statement before its transaction gives the
+ * write lock back (see ModuleTransaction.handlerStarting): ingest waits at most this long
+ * for a handler that calls an API before it writes. A no-op handler's round trip to its
+ * host is well under it, and then pays nothing for the lock given back and taken again.
+ */
+const HANDLER_IDLE_MS = 10;
+
 /** The module effect's own transaction, or its savepoint inside a group's. */
 const EFFECT_SAVEPOINT = 'receiver_module_effect';
 
@@ -175,7 +189,7 @@ export class SqliteDrainBackend implements DrainBackend {
     return this.#inTurn(() => this.#commitGroup());
   }
 
-  async moduleTransaction(what: string, reopen?: () => Steps<boolean>): Promise<ModuleTransaction> {
+  async moduleTransaction(what: string): Promise<ModuleTransaction> {
     const db = this.#c.db;
     const rollback = (g: Group | undefined) => {
       if (g !== undefined) {
@@ -183,10 +197,18 @@ export class SqliteDrainBackend implements DrainBackend {
         db.exec(`RELEASE ${EFFECT_SAVEPOINT}`);
       } else if (db.inTransaction) db.exec('ROLLBACK');
     };
-    /** The connection's turn and the group the transaction opened in, once it is open. */
-    let open: Promise<{ done: () => void; g: Group | undefined }> | undefined;
-    // The connection is this transaction's from when it opens until it ends (see the class comment).
-    const opening = async () => {
+    const commit = (g: Group | undefined) => {
+      if (g !== undefined) {
+        db.exec(`RELEASE ${EFFECT_SAVEPOINT}`);
+        return;
+      }
+      this.#runDeferred();
+      db.exec('COMMIT');
+      this.#durableSoon();
+    };
+    // The connection is this transaction's while it is open (see the class comment): from
+    // here, and again from the handler's first statement if it gave the lock back meanwhile.
+    const open = async (check?: () => Steps<boolean>): Promise<Held> => {
       const done = await this.#takeTurn();
       const g = this.#group;
       try {
@@ -201,31 +223,43 @@ export class SqliteDrainBackend implements DrainBackend {
         done();
         throw e;
       }
-      if (reopen !== undefined) {
-        let holds: boolean;
-        try {
-          holds = runSteps(db, reopen());
-        } catch (e) {
-          rollback(g);
-          done();
-          throw sqliteError(e, what);
-        }
-        if (!holds) {
-          rollback(g);
-          done();
-          throw new Error(DECISION_CHANGED);
-        }
+      if (check === undefined) return { done, g };
+      let holds: boolean;
+      try {
+        holds = runSteps(db, check());
+      } catch (e) {
+        rollback(g);
+        done();
+        throw sqliteError(e, what);
+      }
+      if (!holds) {
+        rollback(g);
+        done();
+        throw new Error(DECISION_CHANGED);
       }
       return { done, g };
     };
-    const opened = () => (open ??= opening());
-    if (reopen === undefined) await opened();
-    /** Runs the transaction's last step and gives the connection back, whatever happens; nothing to do if it never opened. */
+    /** The open transaction (or its opening again); undefined once it gave the lock back, or ended. */
+    let held: Promise<Held> | undefined = Promise.resolve(await open());
+    let reopen: (() => Steps<boolean>) | undefined;
+    let idle: NodeJS.Timeout | undefined;
+    const stopIdle = () => {
+      clearTimeout(idle);
+      idle = undefined;
+    };
+    const using = (): Promise<Held> => {
+      stopIdle();
+      return (held ??= open(reopen));
+    };
+    /** Runs the transaction's last step and gives the connection back, whatever happens; nothing to do if it is not open. */
     const last = async <T>(fn: (g: Group | undefined) => T, unopened: T): Promise<T> => {
-      if (open === undefined) return unopened;
-      let o: Awaited<typeof open>;
+      stopIdle();
+      const h = held;
+      held = undefined;
+      if (h === undefined) return unopened;
+      let o: Held;
       try {
-        o = await open;
+        o = await h;
       } catch {
         return unopened;
       }
@@ -237,26 +271,31 @@ export class SqliteDrainBackend implements DrainBackend {
     };
     return {
       run: async (steps) => {
-        await opened();
+        await using();
         return runSteps(db, steps);
       },
+      handlerStarting: (check) => {
+        reopen = check;
+        idle = setTimeout(() => {
+          idle = undefined;
+          // Nothing written yet but the lease renewal: committed, and the lock given back.
+          void last((g) => {
+            try {
+              commit(g);
+            } catch {
+              rollback(g);
+            }
+          }, undefined);
+        }, HANDLER_IDLE_MS);
+      },
       statement: async (sql, params, want) => {
-        await opened();
+        await using();
         const s = db.prepare(sql);
         if (want === 'rows' && s.reader) return { rows: s.all(...params), changes: 0 } satisfies StmtResult;
         return { rows: [], changes: s.run(...params).changes };
       },
       handlerDone: async () => {},
-      commit: () =>
-        last((g) => {
-          if (g !== undefined) {
-            db.exec(`RELEASE ${EFFECT_SAVEPOINT}`);
-            return;
-          }
-          this.#runDeferred();
-          db.exec('COMMIT');
-          this.#durableSoon();
-        }, undefined),
+      commit: () => last(commit, undefined),
       rollback: () => last(rollback, undefined),
       fail: async (e) => {
         const failed = await last((g) => {

@@ -73,8 +73,9 @@ export async function runTransactionalEffect(b: DrainBackend, m: ModuleEffect): 
     return holds;
   });
 
-  // The transaction is held across this await: the handler's writes and the ledger row
-  // below commit together, or not at all.
+  // The transaction is held across this await (or opened again at the handler's first
+  // statement, see handlerStarting): the handler's writes and the ledger row below commit
+  // together, or not at all.
   const { handle, close } = effectDb(b.name, tx);
   const failure = await callHandler(m, handle, decided.run!, close);
   const row = decided.row;
@@ -105,7 +106,7 @@ export async function runTransactionalEffect(b: DrainBackend, m: ModuleEffect): 
   if (changed) return decideOnceMore(b, m, run(now()), DECISION_CHANGED, row);
   // A handler whose connection was dropped under it failed on the driver's own words: say why.
   const error = tx.connectionLost() ?? message(failure.error);
-  // Decided in a transaction of its own (one writer): the lease may have gone since.
+  // One writer: the transaction may have given the lock back while the handler ran, and the lease may have gone since.
   return recordFailure(b, run(now()), error, row, { guarded: d.oneWriter });
 }
 

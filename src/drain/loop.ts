@@ -4,7 +4,7 @@ import { hostname } from 'node:os';
 import type { Config } from '../config/load.js';
 import type { RouteConfig } from '../config/schema.js';
 import { effectEnvironment, minimalEnvironment } from '../effects/exec.js';
-import { ModuleRunner } from '../effects/module-runner.js';
+import { ModulePool } from '../effects/module-pool.js';
 import { isReceiverError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { laneOf, planRoutes, templateContext } from '../effects/routes.js';
@@ -100,7 +100,9 @@ export function startDrain(options: DrainOptions): Drain {
     random: options.random ?? Math.random,
     leaseMs,
     execEnv,
-    modules: new ModuleRunner(minimalEnvironment(execEnv)),
+    // A module host per lane running a module effect, as many as the store can hold
+    // transactions open for at once (see DrainStore.moduleTransactionsAtOnce).
+    modules: new ModulePool(minimalEnvironment(execEnv), Math.min(maxConcurrent, store.moduleTransactionsAtOnce)),
     onAttempt: options.onAttempt,
     onEvent: options.onEvent,
   };

@@ -4,7 +4,8 @@ import type { RouteConfig } from '../config/schema.js';
 import { minimalEnvironment, runExec } from '../effects/exec.js';
 import { runHttp } from '../effects/http.js';
 import { modulePath, ModuleTimedOut, type ModuleEvent } from '../effects/module.js';
-import { ModuleRunner } from '../effects/module-runner.js';
+import { ModulePool } from '../effects/module-pool.js';
+import type { ModuleRunner } from '../effects/module-runner.js';
 import { planRoutes, templateContext, type PlannedEffect } from '../effects/routes.js';
 import type { EffectResult } from '../effects/types.js';
 import type { Logger } from '../log.js';
@@ -55,8 +56,8 @@ export interface ProcessContext {
   leaseMs: number;
   /** What exec effects may draw on (effectEnvironment); each gets the minimal variables and its route's `effect.env`. */
   execEnv: NodeJS.ProcessEnv;
-  /** Where module effects run (a host process of their own); default: one per process, on execEnv's minimal variables. */
-  modules?: ModuleRunner | undefined;
+  /** Where module effects run (host processes of their own); default: one host per process, on execEnv's minimal variables. */
+  modules?: ModulePool | undefined;
   onAttempt?: ((a: AttemptOutcome) => void) | undefined;
   onEvent?: ((e: EventOutcome) => void) | undefined;
 }
@@ -220,12 +221,12 @@ async function runRoute(ctx: ProcessContext, event: ClaimedUnit, plan: PlannedEf
   const timeoutMs = route.effect.timeoutSeconds * 1000;
 
   if (route.effect.module !== undefined) {
-    const modules = (ctx.modules ??= sharedRunner(ctx.execEnv));
+    const pool = (ctx.modules ??= sharedPool(ctx.execEnv));
     const path = modulePath(route.effect.module, ctx.config.file);
-    // One module effect at a time, whatever its lane (see ModuleRunner.exclusive); waiting
-    // for the host's turn, a unit holds no transaction. A shutdown meanwhile leaves it to its lease.
-    return modules
-      .exclusive(signal, () => runModule(ctx, event, plan, start, json, signal, { modules, path }, elapsed))
+    // A host of its own (see ModulePool); waiting for one, a unit holds no transaction. A
+    // shutdown meanwhile leaves it to its lease.
+    return pool
+      .exclusive(signal, path, (modules) => runModule(ctx, event, plan, start, json, signal, { modules, path }, elapsed))
       .catch((e: unknown) => {
         if (signal.aborted && !(e instanceof Interrupted)) throw new Interrupted('module effect', e);
         throw e;
@@ -393,11 +394,11 @@ async function runExternal(
   return { ok: false, retryable: false, error: 'route has no effect' };
 }
 
-let shared: ModuleRunner | undefined;
+let shared: ModulePool | undefined;
 
-/** The module runner of a ProcessContext that brings none (tests that call processEvent). */
-function sharedRunner(env: NodeJS.ProcessEnv): ModuleRunner {
-  return (shared ??= new ModuleRunner(minimalEnvironment(env)));
+/** The module hosts of a ProcessContext that brings none (tests that call processEvent): one at a time. */
+function sharedPool(env: NodeJS.ProcessEnv): ModulePool {
+  return (shared ??= new ModulePool(minimalEnvironment(env), 1));
 }
 
 function eventView(e: ClaimedUnit) {

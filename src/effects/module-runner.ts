@@ -28,7 +28,7 @@ export function hostRestartDelayMs(n: number): number {
   return n < 2 ? 0 : Math.min(1000, 100 * 2 ** (n - 2));
 }
 
-const SHUTDOWN = 'module aborted: the receiver is shutting down; its writes were rolled back';
+export const SHUTDOWN = 'module aborted: the receiver is shutting down; its writes were rolled back';
 
 /**
  * How long a new host may take to start (a process start; seconds on a busy machine). Not
@@ -61,8 +61,9 @@ interface Host {
 }
 
 /**
- * The drain's side of the module host (module-host.ts): one host process at a time, one
- * module effect at a time in it (callers take turns: exclusive). Each call is bounded by the effect's timeoutSeconds,
+ * The drain's side of one module host (module-host.ts): one host process at a time, one
+ * module effect at a time in it (the pool gives a runner to one caller at a time, see
+ * module-pool.ts). Each call is bounded by the effect's timeoutSeconds,
  * synchronous code included: past it the host is killed (SIGKILL), and so is it when the
  * receiver stops past its grace. A host that ends (killed, exited, crashed) fails the
  * module effect it was running with what happened, and the next module effect starts a new
@@ -77,38 +78,9 @@ export class ModuleRunner {
   #host: Host | undefined;
   /** Hosts in a row that ended without finishing a module effect. */
   #ended = 0;
-  /** Settled when the caller holding the runner (exclusive) is done. */
-  #turnTail: Promise<void> = Promise.resolve();
 
   constructor(env: NodeJS.ProcessEnv) {
     this.#env = env;
-  }
-
-  /**
-   * Runs `fn` (a module effect: its load, its transaction, its call) when no other caller's
-   * runs: the host runs one module effect at a time, whatever lanes the drain runs side by
-   * side. One at a time, a host that crashes or is killed fails only the effect that ran in
-   * it, and that effect's `ctx.db` statements reach only its own transaction. Waiting
-   * callers hold nothing (no transaction is open yet). Rejects with the shutdown error when
-   * `signal` aborts while waiting.
-   */
-  async exclusive<T>(signal: AbortSignal | undefined, fn: () => Promise<T>): Promise<T> {
-    let done!: () => void;
-    const mine = new Promise<void>((resolve) => (done = resolve));
-    const before = this.#turnTail;
-    this.#turnTail = before.then(() => mine);
-    try {
-      await waitFor(before, signal);
-    } catch (e) {
-      // Given up while waiting: the turn passes on once the caller before is done.
-      void before.then(done);
-      throw e;
-    }
-    try {
-      return await fn();
-    } finally {
-      done();
-    }
   }
 
   /** True when a host runs and has imported `path`: running it starts nothing and imports nothing. */
@@ -144,7 +116,8 @@ export class ModuleRunner {
     if (signal?.aborted === true) throw new Error(SHUTDOWN);
     const host = await this.#start(signal);
     // The host's messages go to the one job it runs: a second would take the first's replies.
-    if (host.job !== undefined) throw new Error('the module host is already running a module effect (module effects run one at a time: see exclusive)');
+    if (host.job !== undefined)
+      throw new Error('the module host is already running a module effect (module effects run one at a time in a host: see ModulePool)');
     return new Promise<void>((resolve, reject) => {
       let over = false;
       const finish = (e?: Error) => {
@@ -288,20 +261,6 @@ export class ModuleRunner {
       // Already gone.
     }
   }
-}
-
-/** Resolves with `p`, or rejects with the shutdown error once `signal` aborts. */
-function waitFor(p: Promise<void>, signal: AbortSignal | undefined): Promise<void> {
-  if (signal === undefined) return p;
-  if (signal.aborted) return Promise.reject(new Error(SHUTDOWN));
-  return new Promise<void>((resolve, reject) => {
-    const onAbort = () => reject(new Error(SHUTDOWN));
-    signal.addEventListener('abort', onAbort, { once: true });
-    p.then(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, reject);
-  });
 }
 
 function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {

@@ -191,6 +191,14 @@ export interface DrainStore {
    */
   readonly claimsAreLocal: boolean;
 
+  /**
+   * How many module effects may hold their transaction open at once. PostgreSQL: each holds
+   * a connection of the drain's pool across its handler, and claims, settles and the
+   * heartbeat need the rest. SQLite: no bound (their transactions take turns on the one
+   * connection, see sqlite/drain-backend.ts).
+   */
+  readonly moduleTransactionsAtOnce: number;
+
   /** Events stored but not planned yet, oldest first, at most `limit`. */
   unplannedEvents(limit: number): Promise<UnplannedEvent[]>;
 

@@ -15,7 +15,7 @@ import type { ListEventsQuery, ReplayOptions, SearchEventsQuery } from './ops-ty
  * operations both stores run alike (`sharedOps`, ./ops-steps.ts); and catch-up's
  * (`catchUp`, see each store's catch-up.ts).
  */
-export abstract class StoreBase implements Omit<DrainStore, 'claimsAreLocal'>, SharedOps, CatchUpStore {
+export abstract class StoreBase implements Omit<DrainStore, 'claimsAreLocal' | 'moduleTransactionsAtOnce'>, SharedOps, CatchUpStore {
   protected abstract drainBackend(): DrainBackend;
   protected abstract readonly sharedOps: SharedOps;
   protected abstract readonly catchUp: CatchUpStore;

@@ -124,6 +124,52 @@ describe.each(['sqlite', ...(pgOk ? ['postgres'] : [])])('lanes (receiver serve 
     expect(lines(log)).toEqual(['start deploy:c1', 'end deploy:c1']);
   });
 
+  it('a module effect runs while a module effect of another lane waits on an API (each in a host of its own)', async () => {
+    // The CRM sync calls an API for 6 s before it writes; the licence, a module too, must
+    // not wait for it (module effects of every lane took turns in one host before).
+    const insert = (table: string) =>
+      `await ctx.db.run('CREATE TABLE IF NOT EXISTS ${table} (k TEXT PRIMARY KEY)');
+  await ctx.db.run(ctx.db.dialect === 'postgres' ? 'INSERT INTO ${table} (k) VALUES ($1)' : 'INSERT INTO ${table} (k) VALUES (?)', [ctx.key]);`;
+    writeFileSync(
+      join(tmp.dir, 'crm.mjs'),
+      `import { writeFileSync } from 'node:fs';
+export default async (event, ctx) => {
+  writeFileSync(new URL('./crm.started', import.meta.url), '');
+  await new Promise((r) => setTimeout(r, 6000));
+  ${insert('synced')}
+  writeFileSync(new URL('./crm.done', import.meta.url), '');
+};`,
+    );
+    writeFileSync(
+      join(tmp.dir, 'licence.mjs'),
+      `import { appendFileSync } from 'node:fs';
+export default async (event, ctx) => {
+  ${insert('issued')}
+  appendFileSync(new URL('./licences.txt', import.meta.url), ctx.key + '\\n');
+};`,
+    );
+    const file = writeConfig(tmp.dir, {
+      ...database(),
+      sources: { shop },
+      drain: { pollMs: 100 },
+      routes: [
+        { name: 'crm', source: 'shop', events: ['customer'], key: '{body.id}', effect: { module: './crm.mjs', timeoutSeconds: 20 } },
+        { name: 'licence', source: 'shop', events: ['order.paid'], key: '{body.order}', effect: { module: './licence.mjs' } },
+      ],
+    });
+    const serve = await startServe(file);
+    serves.push(serve);
+    expect((await post(`${serve.url}/webhooks/shop`, JSON.stringify({ id: 'c1', type: 'customer' }))).status).toBe(202);
+    await waitFor(() => (existsSync(join(tmp.dir, 'crm.started')) ? true : undefined), 'the CRM sync to start', 20_000);
+    const received = Date.now();
+    expect((await post(`${serve.url}/webhooks/shop`, JSON.stringify({ id: 'o1', type: 'order.paid', order: 'ord_1' }))).status).toBe(202);
+    await waitFor(() => (lines(join(tmp.dir, 'licences.txt')).length === 1 ? true : undefined), 'the licence', 5_000);
+    expect(Date.now() - received).toBeLessThan(3000);
+    expect(existsSync(join(tmp.dir, 'crm.done'))).toBe(false);
+    await allDone(looking(), [1, 2], 20_000);
+    expect(lines(join(tmp.dir, 'licences.txt'))).toEqual(['ord_1']);
+  });
+
   it('two routes sharing a lane never overlap, and the lane runs its units oldest first', async () => {
     const log = join(tmp.dir, 'lane.log');
     const file = writeConfig(tmp.dir, {

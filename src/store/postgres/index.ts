@@ -11,19 +11,21 @@ import { Conn } from './conn.js';
 import { PostgresDrainBackend } from './drain-backend.js';
 import { closedError } from './errors.js';
 import { ingestBatch } from './ingest.js';
-import { openPostgres } from './open.js';
+import { openPostgres, POOL_SIZE } from './open.js';
 import * as ops from './ops.js';
 
 /**
  * The PostgreSQL store: several receivers on several machines share one database.
  * A small pool per process: ingest holds one connection at a time (group commit: one
- * INSERT statement per batch, see ./ingest.ts), the drain one (a module effect holds it across its handler),
+ * INSERT statement per batch, see ./ingest.ts), the drain up to two (a module effect holds one across its handler),
  * operator commands and health checks the rest.
  */
 export class PostgresStore extends StoreBase implements Store {
   readonly backend = 'postgres';
   /** Receivers on several machines may share the database: a claim owner's process cannot be checked from here. */
   readonly claimsAreLocal = false;
+  /** Each module transaction holds a connection across its handler: two of the pool's, the rest for claims, settles and the heartbeat. */
+  readonly moduleTransactionsAtOnce = POOL_SIZE - 2;
   readonly #conn: Conn;
   readonly #drain: PostgresDrainBackend;
   readonly #group: GroupCommit<NewEvent, IngestResult>;

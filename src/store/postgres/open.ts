@@ -31,13 +31,16 @@ const types = {
     oid === pg.types.builtins.INT8 && format !== 'binary' ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
 };
 
+/** Connections per process (per store: serve's ingest, drain and HTTP threads each open one). */
+export const POOL_SIZE = 4;
+
 export function createPool(url: string, options: PostgresOpenOptions): Pool {
   // 0 means "no limit" to PostgreSQL; for us it means "do not wait", so 1 ms.
   const lockTimeout = Math.max(1, options.busyTimeoutMs);
   const statementTimeout = Math.max(options.server === true ? 1000 : 60_000, options.busyTimeoutMs);
   const pool = new pg.Pool({
     connectionString: url,
-    max: options.poolSize ?? 4,
+    max: options.poolSize ?? POOL_SIZE,
     connectionTimeoutMillis: Math.max(1000, options.busyTimeoutMs),
     idleTimeoutMillis: 30_000,
     // Server side: a lock wait or a statement past the busy timeout fails (-> 503).

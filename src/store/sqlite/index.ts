@@ -47,6 +47,8 @@ export class SqliteStore extends StoreBase implements Store {
   readonly backend = 'sqlite';
   /** A SQLite file is used by processes of one machine only (WAL needs shared memory). */
   readonly claimsAreLocal = true;
+  /** Module transactions take turns on the drain's one connection. */
+  readonly moduleTransactionsAtOnce = Number.POSITIVE_INFINITY;
   readonly db: Db;
   readonly #path: string;
   readonly #options: SqliteStoreOptions;

@@ -13,6 +13,7 @@ export const BINARY = `dist/receiver-${process.platform}-${process.arch}`;
 const LONGEST = [
   'test/store/postgres-outage.test.ts',
   'test/cli/serve.test.ts',
+  'test/drain/lanes.test.ts',
   'test/reliability/ops.test.ts',
   'test/cli/purge-replay-serve.test.ts',
   'test/cli/reload.test.ts',

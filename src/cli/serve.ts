@@ -12,7 +12,7 @@ import { ReceiverError } from '../errors.js';
 import { startReceiver } from '../server.js';
 import { addCommonOptions, overridesFrom, type CommonOptions } from './common.js';
 import type { CliIo } from './io.js';
-import { removePidFile, writePidFile, writeReloadRecord, type ReloadRecord } from './pid-file.js';
+import { processIsServe, readPidFile, removePidFile, writePidFile, writeReloadRecord, type ReloadRecord } from './pid-file.js';
 
 interface ServeOptions extends CommonOptions {
   host?: string;
@@ -96,6 +96,10 @@ export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
   exposedFiles(config);
   const exposure = exposureWarning(config);
   if (exposure !== undefined) logger.warn({ fix: exposure.fix }, exposure.message);
+
+  // Another serve that writes this pid file: starting would take its file (and its
+  // reloads' records) from it, and `receiver reload` would signal the wrong process.
+  if (config.pidFile !== undefined) refuseLivePidFile(config.pidFile);
 
   const receiver = await startReceiver(config, {
     logger,
@@ -196,4 +200,27 @@ export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
+}
+
+/** Refuses to start while the pid file names another running receiver serve; a stale one (a crash) is taken over. */
+function refuseLivePidFile(pidFile: string): void {
+  let pid: number | undefined;
+  try {
+    pid = readPidFile(pidFile);
+  } catch {
+    // Not a pid: nothing of another serve's, replaced once this one listens.
+    return;
+  }
+  if (pid === undefined || pid === process.pid) return;
+  let serve: boolean;
+  try {
+    serve = processIsServe(pid).serve;
+  } catch {
+    // Its command line cannot be read (another user's, hidden): not known to be a serve.
+    return;
+  }
+  if (!serve) return;
+  throw new ReceiverError('runtime', `another receiver serve (pid ${pid}) runs with the pid file ${pidFile}`, {
+    hint: `stop it first (kill ${pid}), or give this serve a pidFile of its own`,
+  });
 }

@@ -155,6 +155,19 @@ describe('receiver reload', () => {
     await waitFor(() => (reloadLines(serve) > before ? true : undefined), 'serve to reload');
   }, 30_000);
 
+  it("a second serve given the pid file of a running one refuses to start (exit 1, naming it); the file stays the running one's", async () => {
+    const d = join(tmp.dir, 'second');
+    mkdirSync(d);
+    const f = writeConfig(d, { pidFile, sources: base.sources });
+    const r = await runCli(['serve', '-c', f, '--port', '0']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(
+      `Error: another receiver serve (pid ${serve.child.pid}) runs with the pid file ${pidFile}\nTry: stop it first (kill ${serve.child.pid}), or give this serve a pidFile of its own`,
+    );
+    expect(r.stderr).not.toContain('"msg":"listening"');
+    expect(readFileSync(pidFile, 'utf8')).toBe(`${serve.child.pid}\n`);
+  }, 30_000);
+
   it('a pid file serve cannot write ends its start: exit 1, Error/Try naming it', async () => {
     const d = join(tmp.dir, 'unwritable');
     mkdirSync(d);
@@ -189,5 +202,9 @@ describe('receiver reload', () => {
       `Error: serve is not running: the pid file ${pf} names process ${crashed.child.pid}, which does not exist\n` +
         `Try: start serve; a serve that stopped without a clean exit leaves ${pf} behind (remove it)\n`,
     );
+    // The next serve takes over the file a crash left behind.
+    const next = await startServe(f);
+    expect(readFileSync(pf, 'utf8')).toBe(`${next.child.pid}\n`);
+    expect(await next.stop()).toBe(0);
   }, 30_000);
 });

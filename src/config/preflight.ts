@@ -14,7 +14,7 @@ import type { Config } from './load.js';
  * effect: each exec effect's program exists and this user may execute it, each module
  * effect's file exists and imports with a default export function, the SQLite
  * database's directory exists (or can be created) and is writable, a PostgreSQL server
- * answers. Each of these would
+ * answers, the pid file's directory is writable. Each of these would
  * otherwise surface only at the first event (a dead event, or a retried one) or at start.
  *
  * Checked for the user running check-config: run it as the service's user
@@ -37,7 +37,28 @@ export async function preflight(config: Config, where: { cwd: string; env: NodeJ
   }
   const db = isPostgresUrl(config.database) ? await postgresProblem(config.database, config.busyTimeoutMs) : databaseProblem(config.database);
   if (db !== undefined) problems.push(`database: ${db}`);
+  const pid = config.pidFile === undefined ? undefined : pidFileProblem(resolve(where.cwd, config.pidFile));
+  if (pid !== undefined) problems.push(`pidFile: ${pid}`);
   return problems;
+}
+
+/** Why serve could not write its pid file (and its reload record beside it) once it listens. */
+function pidFileProblem(path: string): string | undefined {
+  const dir = dirname(path);
+  let isDir: boolean;
+  try {
+    isDir = statSync(dir).isDirectory();
+  } catch (e) {
+    return `the directory ${dir} ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'does not exist' : `cannot be read (${(e as NodeJS.ErrnoException).code ?? 'error'})`}`;
+  }
+  if (!isDir) return `${dir} is not a directory`;
+  try {
+    accessSync(dir, constants.W_OK | constants.X_OK);
+  } catch {
+    return `the directory ${dir} is not writable by ${processUser()} (serve writes ${path} and its reload record there)`;
+  }
+  if (existsSync(path) && statSync(path).isDirectory()) return `${path} is a directory`;
+  return undefined;
 }
 
 /** Why spawn could not run `program`, as it resolves it: a path with a slash against the working directory, a bare name through PATH. */

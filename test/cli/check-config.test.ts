@@ -299,6 +299,22 @@ describe('receiver check-config', () => {
       }
     });
 
+    it('names a pidFile serve could not write: a directory that does not exist, or a pid file that is a directory; exit 2', async () => {
+      const d = dir();
+      mkdirSync(`${d}/pid-dir`);
+      for (const [pidFile, problem] of [
+        [`${d}/no-such-dir/receiver.pid`, `pidFile: the directory ${d}/no-such-dir does not exist`],
+        [`${d}/pid-dir`, `pidFile: ${d}/pid-dir is a directory`],
+      ] as const) {
+        const file = writeConfig(d, { ...routesOf(d, []), pidFile });
+        const r = await runInProcess(['check-config', '-c', file], { env });
+        expect(r.code).toBe(2);
+        expect(r.stderr.split('\n').slice(0, 2)).toEqual([expect.stringMatching(/: a problem found \(checked as /), problem]);
+      }
+      const ok = writeConfig(d, { ...routesOf(d, []), pidFile: `${d}/receiver.pid` });
+      expect((await runInProcess(['check-config', '-c', ok], { env })).code).toBe(0);
+    });
+
     it('resolves a relative program path against the working directory, as serve does', async () => {
       const d = dir();
       mkdirSync(`${d}/scripts`);

@@ -52,13 +52,20 @@ function pidFileProblem(path: string): string | undefined {
     return `the directory ${dir} ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'does not exist' : `cannot be read (${(e as NodeJS.ErrnoException).code ?? 'error'})`}`;
   }
   if (!isDir) return `${dir} is not a directory`;
-  try {
-    accessSync(dir, constants.W_OK | constants.X_OK);
-  } catch {
-    return `the directory ${dir} is not writable by ${processUser()} (serve writes ${path} and its reload record there)`;
-  }
+  const dirProblem = writableDirProblem(dir, `serve writes ${path} and its reload record there`);
+  if (dirProblem !== undefined) return dirProblem;
   if (existsSync(path) && statSync(path).isDirectory()) return `${path} is a directory`;
   return undefined;
+}
+
+/** A directory this user cannot create files in: said with why it must (`why`). */
+function writableDirProblem(dir: string, why: string): string | undefined {
+  try {
+    accessSync(dir, constants.W_OK | constants.X_OK);
+    return undefined;
+  } catch {
+    return `the directory ${dir} is not writable by ${processUser()} (${why})`;
+  }
 }
 
 /** Why spawn could not run `program`, as it resolves it: a path with a slash against the working directory, a bare name through PATH. */
@@ -182,11 +189,8 @@ function databaseProblem(database: string): string | undefined {
     }
   }
   if (!statSync(dir).isDirectory()) return `${dir} is not a directory`;
-  try {
-    accessSync(dir, constants.W_OK | constants.X_OK);
-  } catch {
-    return `the directory ${dir} is not writable by ${user} (SQLite creates ${database}-wal and -shm there; chown it to the service's user)`;
-  }
+  const dirProblem = writableDirProblem(dir, `SQLite creates ${database}-wal and -shm there; chown it to the service's user`);
+  if (dirProblem !== undefined) return dirProblem;
   try {
     assertWritableFiles(database);
   } catch (e) {

@@ -18,8 +18,12 @@
 //
 // Bare spawn loop: `child_process.spawn('true', { stdio: 'ignore' })`, await its exit, the
 // next, one after another, in this process; run just before and just after the exec run and
-// averaged, since the machine's speed drifts. Prints exec / bare spawn.
+// averaged, since the machine's speed drifts. And what an exec effect must cost: the same
+// loop with, before each spawn, one byte written to a file beside the database and an
+// fdatasync of it (an exec's `running` mark is durable before the command starts). Prints
+// exec / bare spawn and exec / (spawn + fdatasync).
 import { spawn } from 'node:child_process';
+import { open } from 'node:fs/promises';
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
@@ -188,7 +192,7 @@ async function run(name, effect, n) {
     const other = settled(m, 'retry') + settled(m, 'dead');
     const rate = done / seconds;
     console.log(
-      `${name.padEnd(22)} ${String(done).padStart(6)} events  ${seconds.toFixed(2).padStart(6)} s  ${rate.toFixed(0).padStart(6)} events/s  ${(1000 / rate).toFixed(2)} ms/event` +
+      `${name.padEnd(26)} ${String(done).padStart(6)} events  ${seconds.toFixed(2).padStart(6)} s  ${rate.toFixed(0).padStart(6)} events/s  ${(1000 / rate).toFixed(2)} ms/event` +
         `  (first /metrics answer ${firstAnswerS.toFixed(2)} s after the drain started)${other ? `  (${other} retried or dead!)` : ''}${done !== n && !args.db ? `  (${n} stored, ${done} done!)` : ''}`,
     );
     if (other || (done !== n && !args.db)) process.exitCode = 1;
@@ -198,10 +202,19 @@ async function run(name, effect, n) {
   }
 }
 
-/** `true` spawned n times from Node, one after another, each awaited to its exit. */
-async function bareSpawn(label, n) {
+/**
+ * `true` spawned n times from Node, one after another, each awaited to its exit; with
+ * `sync`, each after one byte written to a file in the bench's directory and fdatasynced.
+ */
+async function bareSpawn(label, n, { sync = false } = {}) {
+  const mark = sync ? await open(join(dir, 'running-mark'), 'w') : undefined;
+  const byte = Buffer.from('x');
   const t0 = performance.now();
   for (let i = 0; i < n; i++) {
+    if (mark !== undefined) {
+      await mark.write(byte, 0, 1, i);
+      await mark.datasync();
+    }
     await new Promise((resolve, reject) => {
       const child = spawn('true', [], { stdio: 'ignore' });
       child.once('error', reject);
@@ -209,9 +222,10 @@ async function bareSpawn(label, n) {
     });
   }
   const seconds = (performance.now() - t0) / 1000;
+  await mark?.close();
   const rate = n / seconds;
   console.log(
-    `${label.padEnd(22)} ${String(n).padStart(6)} spawns  ${seconds.toFixed(2).padStart(6)} s  ${rate.toFixed(0).padStart(6)} spawns/s  ${(1000 / rate).toFixed(2)} ms/spawn`,
+    `${label.padEnd(26)} ${String(n).padStart(6)} spawns  ${seconds.toFixed(2).padStart(6)} s  ${rate.toFixed(0).padStart(6)} spawns/s  ${(1000 / rate).toFixed(2)} ms/spawn`,
   );
   return rate;
 }
@@ -221,13 +235,18 @@ console.log(`drain benchmark: node ${process.version}, receiver serve (node ${UN
 try {
   const mod = await run('module-noop', { module: MODULE_FILE }, MODULE_EVENTS);
   const before = await bareSpawn('bare spawn loop', EXEC_EVENTS);
+  const syncedBefore = await bareSpawn('spawn + fdatasync loop', EXEC_EVENTS, { sync: true });
   const exec = await run('exec-true', { exec: ['true'] }, EXEC_EVENTS);
+  const syncedAfter = await bareSpawn('spawn + fdatasync again', EXEC_EVENTS, { sync: true });
   const after = await bareSpawn('bare spawn loop again', EXEC_EVENTS);
   const bare = (before + after) / 2;
+  const synced = (syncedBefore + syncedAfter) / 2;
   console.log(
-    `no-op module: ${mod.toFixed(0)} events/s; exec true: ${exec.toFixed(0)} events/s; bare spawn loop: ${bare.toFixed(0)} spawns/s (mean of before and after)`,
+    `no-op module: ${mod.toFixed(0)} events/s; exec true: ${exec.toFixed(0)} events/s; bare spawn loop: ${bare.toFixed(0)} spawns/s; spawn + fdatasync: ${synced.toFixed(0)} a second (means of before and after)`,
   );
-  console.log(`exec / bare spawn = ${(exec / bare).toFixed(2)}   module / exec = ${(mod / exec).toFixed(1)}x`);
+  console.log(
+    `exec / bare spawn = ${(exec / bare).toFixed(2)}   exec / (spawn + fdatasync) = ${(exec / synced).toFixed(2)}   module / exec = ${(mod / exec).toFixed(1)}x`,
+  );
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }

@@ -20,6 +20,7 @@ import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSy
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { build } from 'esbuild';
+import { asciiOnly } from './ascii.mjs';
 
 const root = new URL('..', import.meta.url).pathname;
 const require = createRequire(import.meta.url);
@@ -55,7 +56,7 @@ const bundle = (entry, outfile, format = 'cjs') =>
     // The bundled packages' licence notices stay in the file that is shipped.
     legalComments: 'eof',
     logLevel: 'warning',
-  });
+  }).then(() => asciiOnly(join(work, outfile)));
 await Promise.all([
   bundle('src/binary/main.ts', 'main.cjs'),
   bundle('src/binary/worker.ts', 'ingest-worker.cjs'),

@@ -16,6 +16,7 @@
 import { build } from 'esbuild';
 import { readFile } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';
+import { asciiOnly } from './ascii.mjs';
 
 const root = new URL('..', import.meta.url).pathname;
 
@@ -57,7 +58,7 @@ await Promise.all(
       // The bundled packages' licence notices stay in the files that are shipped.
       legalComments: 'eof',
       logLevel: 'warning',
-    });
+    }).then(() => asciiOnly(outfile));
   }),
 );
 process.stdout.write(`bundled ${ENTRIES.length} programs in dist/ in ${Date.now() - started} ms\n`);

@@ -4,6 +4,7 @@ import { effectEnvironment } from '../effects/exec.js';
 import { revealHttpSecrets } from '../effects/http.js';
 import { ReceiverError } from '../errors.js';
 import { JSON_STYLE, stderrWriter, type Logger, type LogStyle } from '../log.js';
+import { WORKER_RESOURCE_LIMITS } from '../threads.js';
 import type { Drain, DrainOptions } from './loop.js';
 import type { DrainWorkerInit, FromDrainWorker, ToDrainWorker } from './worker.js';
 
@@ -88,7 +89,7 @@ export function startDrainThread(o: DrainThreadOptions): Promise<Drain> {
     ((lines: string[]) => {
       for (const line of lines) stderrWriter().write(line);
     });
-  const worker = new Worker(WORKER_URL, { workerData: init });
+  const worker = new Worker(WORKER_URL, { workerData: init, resourceLimits: WORKER_RESOURCE_LIMITS });
   let started = false;
   let stopped: (() => void) | undefined;
   const post = (m: ToDrainWorker) => worker.postMessage(m);

@@ -1,6 +1,8 @@
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { post, startServe, tempDir, waitFor, writeConfig, type ServeProcess } from '../helpers.js';
+import { WORKER_RESOURCE_LIMITS } from '../../src/threads.js';
 import { inspect, lines } from './helpers.js';
 
 const shop = { provider: 'none', deliveryId: '{body.id}', eventType: '{body.type}' };
@@ -47,6 +49,29 @@ describe("serve's drain thread", () => {
       expect(metrics).toMatch(/receiver_effect_attempts_total\{[^}]*outcome="ok"[^}]*\} 8/);
     } finally {
       db.close();
+    }
+  });
+
+  it("runs the ingest and drain threads with V8's young generation capped (WORKER_RESOURCE_LIMITS)", async () => {
+    // Preloaded into every thread of serve: the ingest thread (its workerData names the
+    // busy timeout) and the drain thread (its shared signals) write down their limits.
+    const preload = join(tmp.dir, 'limits.cjs');
+    writeFileSync(
+      preload,
+      `const { isMainThread, resourceLimits, workerData } = require('node:worker_threads');
+const name = isMainThread || workerData === null || typeof workerData !== 'object' ? undefined : 'signals' in workerData ? 'drain' : 'busyTimeoutMs' in workerData ? 'ingest' : undefined;
+if (name !== undefined) require('node:fs').writeFileSync(${JSON.stringify(tmp.dir)} + '/' + name + '.json', JSON.stringify(resourceLimits));
+`,
+    );
+    const file = writeConfig(tmp.dir, {
+      sources: { shop },
+      routes: [{ name: 'licence', source: 'shop', key: '{body.order}', effect: { exec: ['/bin/true'] } }],
+    });
+    serve = await startServe(file, { env: { NODE_OPTIONS: `--require ${preload}` } });
+    for (const thread of ['ingest', 'drain']) {
+      const limits = JSON.parse(readFileSync(join(tmp.dir, `${thread}.json`), 'utf8')) as { maxYoungGenerationSizeMb: number };
+      // V8's default is 48 MB.
+      expect(limits.maxYoungGenerationSizeMb, thread).toBe(WORKER_RESOURCE_LIMITS.maxYoungGenerationSizeMb);
     }
   });
 });

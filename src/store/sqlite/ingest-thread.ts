@@ -1,5 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import { ReceiverError, type ErrorKind } from '../../errors.js';
+import { WORKER_RESOURCE_LIMITS } from '../../threads.js';
 import type { IngestResult, NewEvent } from '../types.js';
 import { sqliteError } from './errors.js';
 import type { SerializedError, WorkerInit, WorkerReply, WorkerRequest } from './ingest-worker.js';
@@ -30,8 +31,8 @@ export class IngestThread {
   readonly ready: Promise<void>;
 
   constructor(path: string, busyTimeoutMs: number, ingestWaiting?: SharedArrayBuffer) {
-    const workerData = { path, busyTimeoutMs, ingestWaiting } satisfies WorkerInit;
-    this.#worker = workerSource === undefined ? new Worker(workerUrl(), { workerData }) : new Worker(workerSource, { eval: true, workerData });
+    const options = { workerData: { path, busyTimeoutMs, ingestWaiting } satisfies WorkerInit, resourceLimits: WORKER_RESOURCE_LIMITS };
+    this.#worker = workerSource === undefined ? new Worker(workerUrl(), options) : new Worker(workerSource, { ...options, eval: true });
     let failOpen: (e: ReceiverError) => void = () => undefined;
     this.ready = new Promise((resolve, reject) => {
       failOpen = reject;

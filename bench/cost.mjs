@@ -2,7 +2,7 @@
 // below saturation, so that the figures do not depend on how much of the machine the load
 // generator leaves free.
 //
-//   npm run build && node bench/cost.mjs [--rates 500,1000] [--seconds 10] [--no-binary]
+//   npm run build && node bench/cost.mjs [--rates 500,1000] [--seconds 10] [--no-binary] [--only on,off]
 //
 // Side by side in one run, for each rate: a bare Hono server (bench/bare-server.mjs: reads
 // the body, answers 202, stores nothing), `receiver serve` with its drain off, and `receiver
@@ -19,6 +19,8 @@
 // - p50 and p99 latency at that rate, as autocannon saw them;
 // - RSS idle (after start-up and the warm-up's drain) and after the run;
 // and the ratios the cost issue asks about: drain off against bare, drain on against off.
+// --only runs some of the servers (bare, off, on, binary; comma-separated), e.g. to measure
+// one quickly; the ratios are printed only when their servers ran.
 import autocannon from 'autocannon';
 import Database from 'better-sqlite3';
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
@@ -34,6 +36,7 @@ const { values: args } = parseArgs({
     rates: { type: 'string', default: '500,1000' },
     seconds: { type: 'string', default: '10' },
     'no-binary': { type: 'boolean', default: false },
+    only: { type: 'string', default: 'bare,off,on,binary' },
   },
 });
 const RATES = args.rates.split(',').map(Number);
@@ -41,7 +44,9 @@ const SECONDS = Number(args.seconds);
 for (const v of [...RATES, SECONDS]) if (!(v > 0)) throw new Error('--rates and --seconds must be positive numbers');
 const ROOT = new URL('..', import.meta.url).pathname;
 const BINARY = join(ROOT, `dist/receiver-${process.platform}-${process.arch}`);
-const WITH_BINARY = !args['no-binary'] && existsSync(BINARY);
+const ONLY = new Set(args.only.split(','));
+for (const s of ONLY) if (!['bare', 'off', 'on', 'binary'].includes(s)) throw new Error(`--only: "${s}" is not one of bare, off, on, binary`);
+const WITH_BINARY = !args['no-binary'] && ONLY.has('binary') && existsSync(BINARY);
 const SECRET = 'bench-cost-secret';
 const dir = mkdtempSync(join(tmpdir(), 'receiver-bench-cost-'));
 process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
@@ -139,11 +144,16 @@ const fmt = (x, d = 0) => x.toFixed(d);
 console.log(`cost of a delivery, ${SECONDS} s at each rate (node ${process.version}; ${WITH_BINARY ? 'with' : 'without'} the single executable)`);
 for (const rate of RATES) {
   const rows = [];
-  rows.push(await measure('bare Hono', process.execPath, [join(ROOT, 'bench/bare-server.mjs')], rate, undefined));
-  const off = receiverConfig(`off-${rate}`, false);
-  rows.push(await measure('receiver, drain off', process.execPath, [join(ROOT, 'bin/receiver.js'), 'serve', '-c', off.file], rate, undefined));
-  const on = receiverConfig(`on-${rate}`, true);
-  rows.push(await measure('receiver, drain on', process.execPath, [join(ROOT, 'bin/receiver.js'), 'serve', '-c', on.file], rate, on.database));
+  let bare, drainOff, drainOn;
+  if (ONLY.has('bare')) rows.push((bare = await measure('bare Hono', process.execPath, [join(ROOT, 'bench/bare-server.mjs')], rate, undefined)));
+  if (ONLY.has('off')) {
+    const off = receiverConfig(`off-${rate}`, false);
+    rows.push((drainOff = await measure('receiver, drain off', process.execPath, [join(ROOT, 'bin/receiver.js'), 'serve', '-c', off.file], rate, undefined)));
+  }
+  if (ONLY.has('on')) {
+    const on = receiverConfig(`on-${rate}`, true);
+    rows.push((drainOn = await measure('receiver, drain on', process.execPath, [join(ROOT, 'bin/receiver.js'), 'serve', '-c', on.file], rate, on.database)));
+  }
   if (WITH_BINARY) {
     const bin = receiverConfig(`bin-${rate}`, true);
     rows.push(await measure('executable, drain on', BINARY, ['serve', '-c', bin.file], rate, bin.database));
@@ -157,6 +167,8 @@ for (const rate of RATES) {
       `${r.name.padEnd(22)}${String(r.answered).padStart(9)}${`${fmt(r.cpuUs)} us`.padStart(14)}${fmt(r.p50, 1).padStart(8)}${fmt(r.p99, 1).padStart(8)}${`${fmt(r.idleRss)} MB`.padStart(10)}${`${fmt(r.afterRss)} MB`.padStart(11)}`,
     );
   }
-  const [bare, drainOff, drainOn] = rows;
-  console.log(`ratios: drain off / bare ${fmt(drainOff.cpuUs / bare.cpuUs, 2)}x, drain on / drain off ${fmt(drainOn.cpuUs / drainOff.cpuUs, 2)}x`);
+  const ratios = [];
+  if (bare && drainOff) ratios.push(`drain off / bare ${fmt(drainOff.cpuUs / bare.cpuUs, 2)}x`);
+  if (drainOff && drainOn) ratios.push(`drain on / drain off ${fmt(drainOn.cpuUs / drainOff.cpuUs, 2)}x`);
+  if (ratios.length > 0) console.log(`ratios: ${ratios.join(', ')}`);
 }

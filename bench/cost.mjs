@@ -2,7 +2,7 @@
 // below saturation, so that the figures do not depend on how much of the machine the load
 // generator leaves free.
 //
-//   npm run build && node bench/cost.mjs [--rates 500,1000] [--seconds 10] [--no-binary] [--only on,off]
+//   npm run build && node bench/cost.mjs [--rates 500,1000] [--seconds 10] [--no-binary] [--only on,off] [--node-options ...]
 //
 // Side by side in one run, for each rate: a bare Hono server (bench/bare-server.mjs: reads
 // the body, answers 202, stores nothing), `receiver serve` with its drain off, and `receiver
@@ -20,7 +20,8 @@
 // - RSS idle (after start-up and the warm-up's drain) and after the run;
 // and the ratios the cost issue asks about: drain off against bare, drain on against off.
 // --only runs some of the servers (bare, off, on, binary; comma-separated), e.g. to measure
-// one quickly; the ratios are printed only when their servers ran.
+// one quickly; the ratios are printed only when their servers ran. --node-options: NODE_OPTIONS
+// for the receivers (e.g. --node-options=--max-semi-space-size=2), not the bare server.
 import autocannon from 'autocannon';
 import Database from 'better-sqlite3';
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
@@ -37,6 +38,7 @@ const { values: args } = parseArgs({
     seconds: { type: 'string', default: '10' },
     'no-binary': { type: 'boolean', default: false },
     only: { type: 'string', default: 'bare,off,on,binary' },
+    'node-options': { type: 'string', default: '' },
   },
 });
 const RATES = args.rates.split(',').map(Number);
@@ -122,7 +124,8 @@ function offer(port, rate, seconds) {
 }
 
 async function measure(name, file, argv, rate, database) {
-  const { child, port } = await startLogged(file, argv, { cwd: dir, env: { BENCH_GITHUB_SECRET: SECRET }, logDir: dir });
+  const nodeOptions = args['node-options'] && name !== 'bare Hono' ? { NODE_OPTIONS: args['node-options'] } : {};
+  const { child, port } = await startLogged(file, argv, { cwd: dir, env: { BENCH_GITHUB_SECRET: SECRET, ...nodeOptions }, logDir: dir });
   try {
     await offer(port, rate, 1);
     await untilDone(database);

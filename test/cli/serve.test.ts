@@ -6,6 +6,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { github } from '../../src/providers/github.js';
 import { configSchema } from '../../src/config/schema.js';
 import { serverTimeouts } from '../../src/server.js';
+import { WORKER_RESOURCE_LIMITS } from '../../src/threads.js';
 import { REPO, startServe, tempDir, writeConfig } from '../helpers.js';
 
 /**
@@ -204,7 +205,10 @@ describe('receiver serve (child process)', () => {
     const exec = /^ExecStart=(\S+) (.*) (\S+) serve$/m.exec(unit);
     expect(exec?.[3]).toBe('/opt/receiver/bin/receiver.js');
     const options = (exec?.[2] ?? '').split(' ');
-    expect(options).toContain('--max-semi-space-size=8');
+    // The option applies to every thread and takes precedence over the ingest and drain
+    // threads' resourceLimits: it must not raise their young generation (three semi-spaces'
+    // worth: two semi-spaces and the young large objects).
+    expect(options).toContain(`--max-semi-space-size=${WORKER_RESOURCE_LIMITS.maxYoungGenerationSizeMb! / 3}`);
     // An option Node does not know stops it before receiver starts ("bad option").
     const run = spawnSync(process.execPath, [...options, '-e', 'process.stdout.write("ok")'], { encoding: 'utf8' });
     expect(run.stderr).toBe('');

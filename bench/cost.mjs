@@ -2,7 +2,7 @@
 // below saturation, so that the figures do not depend on how much of the machine the load
 // generator leaves free.
 //
-//   npm run build && node bench/cost.mjs [--rates 500,1000] [--seconds 10] [--no-binary] [--only on,off] [--node-options ...]
+//   npm run build && node bench/cost.mjs [--rates 500,1000] [--seconds 10] [--no-binary] [--only on,off] [--node-options ...] [--heaps]
 //
 // Side by side in one run, for each rate: a bare Hono server (bench/bare-server.mjs: reads
 // the body, answers 202, stores nothing), `receiver serve` with its drain off, and `receiver
@@ -22,10 +22,12 @@
 // --only runs some of the servers (bare, off, on, binary; comma-separated), e.g. to measure
 // one quickly; the ratios are printed only when their servers ran. --node-options: NODE_OPTIONS
 // for the receivers (e.g. --node-options=--max-semi-space-size=2), not the bare server.
+// --heaps: each receiver thread's resident V8 heap, idle and after (bench/thread-heaps.cjs
+// preloaded; it wakes every thread twice a second: read its CPU figures with that in mind).
 import autocannon from 'autocannon';
 import Database from 'better-sqlite3';
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -39,6 +41,7 @@ const { values: args } = parseArgs({
     'no-binary': { type: 'boolean', default: false },
     only: { type: 'string', default: 'bare,off,on,binary' },
     'node-options': { type: 'string', default: '' },
+    heaps: { type: 'boolean', default: false },
   },
 });
 const RATES = args.rates.split(',').map(Number);
@@ -123,27 +126,51 @@ function offer(port, rate, seconds) {
   });
 }
 
+const fmt = (x, d = 0) => x.toFixed(d);
+const MB = 1024 * 1024;
+/** Each thread's resident heap in MB (young, old, the rest), as bench/thread-heaps.cjs last wrote it; '' without --heaps. */
+async function heaps(pid) {
+  if (!args.heaps) return '';
+  await sleep(600);
+  const threads = readdirSync(dir)
+    .filter((f) => f.startsWith(`${pid}-`) && f.endsWith('.json'))
+    .map((f) => JSON.parse(readFileSync(join(dir, f), 'utf8')));
+  return threads
+    .map(({ thread, heap, spaces }) => {
+      const young = spaces.new_space.resident + spaces.new_large_object_space.resident;
+      const old = spaces.old_space.resident;
+      return `${thread} ${fmt(heap.total_physical_size / MB)} (${fmt(young / MB)}/${fmt(old / MB)}/${fmt((heap.total_physical_size - young - old) / MB)})`;
+    })
+    .sort()
+    .join(', ');
+}
+
 async function measure(name, file, argv, rate, database) {
-  const nodeOptions = args['node-options'] && name !== 'bare Hono' ? { NODE_OPTIONS: args['node-options'] } : {};
-  const { child, port } = await startLogged(file, argv, { cwd: dir, env: { BENCH_GITHUB_SECRET: SECRET, ...nodeOptions }, logDir: dir });
+  const receiver = name !== 'bare Hono';
+  const preload = args.heaps && receiver ? `--require ${join(ROOT, 'bench/thread-heaps.cjs')}` : '';
+  const nodeOptions = receiver ? [args['node-options'], preload].filter((o) => o !== '').join(' ') : '';
+  const env = { BENCH_GITHUB_SECRET: SECRET, THREAD_HEAPS_DIR: dir, ...(nodeOptions === '' ? {} : { NODE_OPTIONS: nodeOptions }) };
+  const { child, port } = await startLogged(file, argv, { cwd: dir, env, logDir: dir });
   try {
     await offer(port, rate, 1);
     await untilDone(database);
     await sleep(200);
     const idleRss = rssMb(child.pid);
+    const idleHeaps = await heaps(child.pid);
     const before = cpuMs(child.pid);
     const r = await offer(port, rate, SECONDS);
     await untilDone(database);
     const cpu = cpuMs(child.pid) - before;
     const answered = r['2xx'];
     if (r.non2xx > 0 || r.errors > 0) console.log(`  ${name}: ${r.non2xx} answers not 2xx, ${r.errors} errors`);
-    return { name, answered, cpuUs: (cpu * 1000) / answered, p50: r.latency.p50, p99: r.latency.p99, idleRss, afterRss: rssMb(child.pid) };
+    const afterRss = rssMb(child.pid);
+    const afterHeaps = await heaps(child.pid);
+    return { name, answered, cpuUs: (cpu * 1000) / answered, p50: r.latency.p50, p99: r.latency.p99, idleRss, afterRss, idleHeaps, afterHeaps };
   } finally {
     await stop(child);
   }
 }
 
-const fmt = (x, d = 0) => x.toFixed(d);
 console.log(`cost of a delivery, ${SECONDS} s at each rate (node ${process.version}; ${WITH_BINARY ? 'with' : 'without'} the single executable)`);
 for (const rate of RATES) {
   const rows = [];
@@ -170,6 +197,7 @@ for (const rate of RATES) {
       `${r.name.padEnd(22)}${String(r.answered).padStart(9)}${`${fmt(r.cpuUs)} us`.padStart(14)}${fmt(r.p50, 1).padStart(8)}${fmt(r.p99, 1).padStart(8)}${`${fmt(r.idleRss)} MB`.padStart(10)}${`${fmt(r.afterRss)} MB`.padStart(11)}`,
     );
   }
+  for (const r of rows) if (r.idleHeaps) console.log(`${r.name}, V8 heaps resident, MB (young/old/rest): idle ${r.idleHeaps}; after ${r.afterHeaps}`);
   const ratios = [];
   if (bare && drainOff) ratios.push(`drain off / bare ${fmt(drainOff.cpuUs / bare.cpuUs, 2)}x`);
   if (drainOff && drainOn) ratios.push(`drain on / drain off ${fmt(drainOn.cpuUs / drainOff.cpuUs, 2)}x`);

@@ -7,9 +7,9 @@
 // or ingest/drain told apart by their workerData, else the worker's id): V8's heap
 // statistics and, per space (new, old, code, large objects ...), its size, what is used
 // and what is resident, in bytes.
-const { isMainThread, threadId, workerData } = require('node:worker_threads');
-const { writeFileSync } = require('node:fs');
-const v8 = require('node:v8');
+const { isMainThread, threadId, workerData } = process.getBuiltinModule('node:worker_threads');
+const { writeFileSync } = process.getBuiltinModule('node:fs');
+const v8 = process.getBuiltinModule('node:v8');
 
 const dir = process.env.THREAD_HEAPS_DIR;
 const data = workerData !== null && typeof workerData === 'object' ? workerData : {};

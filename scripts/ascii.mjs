@@ -14,7 +14,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 export function asciiOnly(file) {
   const text = readFileSync(file, 'utf8');
   let count = 0;
-  const out = text.replace(/[^\x00-\x7f]/g, (c) => {
+  const out = text.replace(/[\u0080-\uffff]/g, (c) => {
     count++;
     return `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`;
   });

@@ -19,7 +19,9 @@ export default function setup(): void {
 
 /** The newest modification time among src/ and the files that configure the build. */
 function newestSource(root: string): number {
-  let newest = Math.max(...['tsconfig.json', 'tsconfig.build.json', 'package.json', 'scripts/bundle.mjs', 'scripts/ascii.mjs'].map((f) => statSync(join(root, f)).mtimeMs));
+  let newest = Math.max(
+    ...['tsconfig.json', 'tsconfig.build.json', 'package.json', 'scripts/bundle.mjs', 'scripts/ascii.mjs'].map((f) => statSync(join(root, f)).mtimeMs),
+  );
   const visit = (dir: string) => {
     for (const entry of readdirSync(dir, { withFileTypes: true })) {
       const path = join(dir, entry.name);

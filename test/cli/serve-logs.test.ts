@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -177,24 +177,45 @@ describe("serve's log lines", () => {
   it.skipIf(!existsSync('/usr/bin/script'))(
     'are readable, coloured lines by default on a real terminal (a pseudo-terminal from script(1))',
     async () => {
-      const file = writeConfig(tmp.dir, { sources: { shop } });
-      const command = [process.execPath, BIN, 'serve', '-c', file, '--port', '0'].map((a) => `'${a}'`).join(' ');
+      const pidFile = join(tmp.dir, 'tty.pid');
+      const file = writeConfig(tmp.dir, { sources: { shop }, pidFile });
+      // exec: serve is script's own child, so the SIGTERM script passes on reaches serve. Under
+      // a shell that forks the command (dash, a user's default /bin/sh), the shell would die of
+      // it and the terminal's hangup would reach serve as a SIGHUP, a reload: serve would run on.
+      const command = ['exec', ...[process.execPath, BIN, 'serve', '-c', file, '--port', '0'].map((a) => `'${a}'`)].join(' ');
       const child = spawn('/usr/bin/script', ['-qfec', command, '/dev/null'], {
         cwd: REPO,
         // CI unset too: under CI=true (as .ci/run sets it) Node reports 2 colours for a terminal of an unnamed CI.
-        env: { ...process.env, NO_COLOR: undefined, FORCE_COLOR: undefined, CI: undefined, TERM: 'xterm-256color', RECEIVER_LOG_FORMAT: undefined },
+        // SHELL (which script runs the command with) the same for every user: root's is bash, others' often sh.
+        env: {
+          ...process.env,
+          NO_COLOR: undefined,
+          FORCE_COLOR: undefined,
+          CI: undefined,
+          TERM: 'xterm-256color',
+          RECEIVER_LOG_FORMAT: undefined,
+          SHELL: '/bin/sh',
+        },
         stdio: ['pipe', 'pipe', 'pipe'],
       });
       let out = '';
       child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      let pid: number | undefined;
       try {
         // eslint-disable-next-line no-control-regex -- the line is coloured
         const port = await waitFor(() => /listening.*port=(?:\u001b\[\d+m)*(\d+)/.exec(out)?.[1], 'the listening line', 15_000);
+        pid = await waitFor(() => (existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8')) : undefined), 'the pid file', 5_000);
         expect((await post(`http://127.0.0.1:${port}/webhooks/shop`, JSON.stringify({ id: 'tty-1', type: 'order.paid' }))).status).toBe(202);
         await waitFor(() => (out.includes('tty-1') ? true : undefined), 'the delivery line', 10_000);
       } finally {
         child.kill('SIGTERM');
         await new Promise((r) => child.on('exit', r));
+      }
+      try {
+        // serve itself got the SIGTERM: it stopped cleanly, removing its pid file.
+        await waitFor(() => (existsSync(pidFile) ? undefined : true), 'serve to stop and remove its pid file', 10_000);
+      } finally {
+        if (pid !== undefined && existsSync(pidFile)) process.kill(pid, 'SIGKILL');
       }
       expect(out).not.toContain('{"level"');
       expect(out).toContain('\u001b[32mINFO \u001b[0m delivery');

@@ -163,9 +163,12 @@ export default async (event, ctx) => {
     await waitFor(() => (existsSync(join(tmp.dir, 'crm.started')) ? true : undefined), 'the CRM sync to start', 20_000);
     const received = Date.now();
     expect((await post(`${serve.url}/webhooks/shop`, JSON.stringify({ id: 'o1', type: 'order.paid', order: 'ord_1' }))).status).toBe(202);
-    await waitFor(() => (lines(join(tmp.dir, 'licences.txt')).length === 1 ? true : undefined), 'the licence', 5_000);
-    expect(Date.now() - received).toBeLessThan(3000);
+    await waitFor(() => (lines(join(tmp.dir, 'licences.txt')).length === 1 ? true : undefined), 'the licence', 10_000);
+    // The CRM sync is still waiting: the licence did not wait for it (that would take 6 s).
     expect(existsSync(join(tmp.dir, 'crm.done'))).toBe(false);
+    // Including the start of the licence's own host: 0.2 s on an idle machine, 4.5 s
+    // while other suites kept both cores busy.
+    expect(Date.now() - received).toBeLessThan(5000);
     await allDone(looking(), [1, 2], 20_000);
     expect(lines(join(tmp.dir, 'licences.txt'))).toEqual(['ord_1']);
   });

@@ -222,7 +222,7 @@ describe('receiver backup', () => {
     expect(left.some((f) => f.endsWith('-journal'))).toBe(true);
 
     // Files that are not the leftovers of this backup: another run's copy in progress (its
-    // process alive), other names, a directory, a link, another user's file.
+    // process alive), other names, a directory, a link (another user's file: the next test).
     const dead = spawnSync('true').pid;
     const foreign = [
       `.receiver-2026-02-28.db.partial-${process.pid}-1`,
@@ -234,14 +234,6 @@ describe('receiver backup', () => {
     for (const f of foreign) writeFileSync(join(backups, f), 'not a leftover of this backup');
     mkdirSync(join(backups, `.receiver-2026-02-27.db.partial-${dead}-1`));
     symlinkSync(join(dir, 'receiver.db'), join(backups, `.receiver-2026-02-26.db.partial-${dead}-1`));
-    const others = join(backups, `.receiver-2026-02-25.db.partial-${dead}-1`);
-    writeFileSync(others, 'x');
-    let chowned = true;
-    try {
-      chownSync(others, 65534, 65534);
-    } catch {
-      chowned = false; // not root: no file of another user to make
-    }
 
     const r = await runCli(['backup', join(backups, 'receiver-{date}.db'), '-c', config]);
     expect(r.stderr).toBe('');
@@ -251,9 +243,24 @@ describe('receiver backup', () => {
     const now = readdirSync(backups);
     for (const f of removed) expect(now).not.toContain(f);
     for (const f of [...foreign, `.receiver-2026-02-27.db.partial-${dead}-1`, `.receiver-2026-02-26.db.partial-${dead}-1`]) expect(now).toContain(f);
-    if (chowned) expect(now).toContain(`.receiver-2026-02-25.db.partial-${dead}-1`);
     expect(now.filter((f) => /^receiver-\d{4}-\d{2}-\d{2}\.db$/.test(f))).toHaveLength(1);
     expect(countEvents(join(dir, 'receiver.db'))).toBe(3);
+  });
+
+  it("a leftover of another user stays; this user's own is removed", async (ctx) => {
+    if (process.geteuid?.() !== 0) ctx.skip('making a file of another user needs root (this run is not root)');
+    const { config, backups } = setup(1);
+    const dead = spawnSync('true').pid;
+    const own = `.receiver-2026-02-24.db.partial-${dead}-1`;
+    const others = `.receiver-2026-02-25.db.partial-${dead}-1`;
+    for (const f of [own, others]) writeFileSync(join(backups, f), 'x');
+    chownSync(join(backups, others), 65534, 65534);
+    const r = await runInProcess(['backup', join(backups, 'receiver-{date}.db'), '-c', config]);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain(`removed ${join(backups, own)} (left by a backup that was killed)`);
+    expect(readdirSync(backups)).not.toContain(own);
+    expect(readdirSync(backups)).toContain(others);
   });
 
   it.skipIf(spawnSync('script', ['--version']).status !== 0)(

@@ -61,9 +61,9 @@ describe('reliability: a full disk', () => {
       mkdirSync(mnt);
       const refused = mount(mnt, 8);
       if (refused !== undefined) {
-        console.warn(`\n*** SKIPPED the full-disk test: cannot mount a small tmpfs (${refused}). Run as root to include it. ***\n`);
-        ctx.skip();
-        return;
+        const why = `cannot mount a small tmpfs (${refused}). Run as root to include it.`;
+        console.warn(`\n*** SKIPPED the full-disk test: ${why} ***\n`);
+        ctx.skip(why);
       }
       let serve: ServeProcess | undefined;
       try {

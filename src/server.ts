@@ -62,13 +62,15 @@ export interface Receiver {
   /** The configuration running now, and when it was loaded (ms since the epoch). */
   current(): { config: Config; loadedAt: number };
   /**
-   * Takes in a reloaded configuration, validated by the caller (assertRunnable), at once:
-   * requests already being read finish under the old one, new ones get the new one; the
-   * drain takes it for the next event it starts; catch-up runs restart when their
-   * settings changed. Throws a `config` error, with nothing applied, when it changes
-   * what needs a restart (assertReloadable). Returns what changed, by name.
+   * Takes in a reloaded configuration, validated by the caller (assertRunnable): the drain
+   * first (it takes it for the next event it starts, and every event it plans from then
+   * on is planned under it), then HTTP: requests already being read finish under the old
+   * one, new ones get the new one; catch-up runs restart when their settings changed. So a
+   * delivery received once it resolves runs the new routes. Rejects with a `config`
+   * error, with nothing applied, when it changes what needs a restart (assertReloadable).
+   * Resolves with what changed, by name.
    */
-  reload(config: Config, env?: NodeJS.ProcessEnv): ConfigChanges;
+  reload(config: Config, env?: NodeJS.ProcessEnv): Promise<ConfigChanges>;
   /**
    * Stops accepting, lets in-flight requests and the running effect finish within
    * `graceMs` (default `shutdownGraceSeconds`), ends the catch-up runs, then closes the database. Rejects when
@@ -315,13 +317,17 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
     c.alerts === undefined ? undefined : startAlerts({ config: c, store, logger, now, env, onSend: (o) => metrics.observeAlert(o) });
   alerts = alertsFor(config, running.env);
 
-  const reload = (next: Config, env: NodeJS.ProcessEnv = running.env): ConfigChanges => {
+  const reload = async (next: Config, env: NodeJS.ProcessEnv = running.env): Promise<ConfigChanges> => {
     if (stopping) throw new ReceiverError('runtime', 'the receiver is stopping: the reload was not applied');
     assertReloadable(running.config, next);
     const changes = configChanges(running, { config: next, env });
     const loadedAt = now();
     // Built before anything is swapped: a failure here leaves the old configuration running.
     const nextApp = appFor(next, loadedAt);
+    // The drain before HTTP: an event received under the new routes is never planned under
+    // the old ones (events received before may be planned under either).
+    await drain?.reconfigure(next, env);
+    if (stopping) throw new ReceiverError('runtime', 'the receiver is stopping: the reload was not applied');
     for (const w of startupWarnings(next)) logger.warn(w.fields, w.message);
     metrics.configure({
       sources: next.sources.keys(),
@@ -331,7 +337,6 @@ export async function startReceiver(config: Config, options: ReceiverOptions = {
     });
     app = nextApp;
     Object.assign(server, serverTimeouts(next));
-    drain?.reconfigure(next, env);
     if (catchUpChanged(changes, running.config, next)) {
       // A run in flight is aborted; the next one resumes from the stored cursor.
       const old = catchUp;

@@ -17,12 +17,12 @@ describe('startReceiver: reload', () => {
       const statuses = [];
       for (let i = 0; i < 4; i++) statuses.push(await tryToken());
       expect(statuses).toEqual([401, 401, 401, 429]);
-      const changes = receiver.reload(makeConfig({ ...json, maxBodyBytes: 4096 }, tmp.dir));
+      const changes = await receiver.reload(makeConfig({ ...json, maxBodyBytes: 4096 }, tmp.dir));
       expect(changes.settings).toEqual(['maxBodyBytes']);
       // A reload gives a guesser no fresh start.
       expect(await tryToken()).toBe(429);
-      expect(() => receiver.reload(makeConfig({ ...json, port: 1 }, tmp.dir))).toThrow(/port: needs a restart/);
-      expect(() => receiver.reload(makeConfig({ ...json, pidFile: `${tmp.dir}/r.pid` }, tmp.dir))).toThrow(/pidFile: needs a restart/);
+      await expect(receiver.reload(makeConfig({ ...json, port: 1 }, tmp.dir))).rejects.toThrow(/port: needs a restart/);
+      await expect(receiver.reload(makeConfig({ ...json, pidFile: `${tmp.dir}/r.pid` }, tmp.dir))).rejects.toThrow(/pidFile: needs a restart/);
       expect(receiver.current().config.maxBodyBytes).toBe(4096);
     } finally {
       await receiver.stop();

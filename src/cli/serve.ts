@@ -140,7 +140,7 @@ export async function serve(options: ServeOptions, io: CliIo): Promise<void> {
     try {
       const next = loadConfigAndEnv(overrides, io.env, files === undefined ? readText : await files.read());
       await assertRunnable(next.config, { cwd: process.cwd(), env: next.env });
-      const changes = receiver.reload(next.config, next.env);
+      const changes = await receiver.reload(next.config, next.env);
       receiver.metrics.observeReload('ok');
       logger.info({ file: next.config.file, ...changedFields(changes) }, unchanged(changes) ? 'config reloaded: nothing changed' : 'config reloaded');
       record({ startedAt, result: 'applied', changes: changedFields(changes) });

@@ -45,9 +45,10 @@ export interface Drain {
   /**
    * A reloaded configuration (routes, retry, http effects' secrets) and exec effects'
    * environment: taken in before the next event starts; the running one finishes under
-   * the configuration it started with.
+   * the configuration it started with. Resolves once the drain took it in: every event it
+   * plans from then on is planned under it (a stopped drain plans none).
    */
-  reconfigure(config: Config, execEnv: NodeJS.ProcessEnv): void;
+  reconfigure(config: Config, execEnv: NodeJS.ProcessEnv): Promise<void>;
 }
 
 /** After a store error (database busy past its timeout, disk full), wait this long before trying again. */
@@ -116,8 +117,15 @@ export function startDrain(options: DrainOptions): Drain {
   const held = new Map<number, Lease>();
   /** The lanes running here, each with the promise of its end. */
   const lanes = new Map<string, Promise<void>>();
-  /** A reloaded configuration, taken in before the next plan and claim (reconfigure). */
-  let next: Pick<ProcessContext, 'config' | 'execEnv'> | undefined;
+  /** A reloaded configuration, taken in before the next plan and claim (reconfigure), and who waits for that. */
+  let next: (Pick<ProcessContext, 'config' | 'execEnv'> & { taken: (() => void)[] }) | undefined;
+  const takeNext = () => {
+    if (next === undefined) return;
+    const { taken, ...reloaded } = next;
+    Object.assign(ctx, reloaded);
+    next = undefined;
+    for (const done of taken) done();
+  };
 
   const heartbeat = setInterval(
     () => {
@@ -209,10 +217,7 @@ export function startDrain(options: DrainOptions): Drain {
         const seen = options.idle?.generation();
         // A reloaded configuration applies to units started from now on; those running finish
         // under the one they started with (they read it when they start).
-        if (next !== undefined) {
-          Object.assign(ctx, next);
-          next = undefined;
-        }
+        takeNext();
         // A read first: a claim is a write (SQLite's write lock), made only when something is
         // due. Events stored since the last look are planned outside any transaction, their
         // plans stored in the claim's, and their units claimed at once (due on arrival).
@@ -269,7 +274,12 @@ export function startDrain(options: DrainOptions): Drain {
     }
     await Promise.all(lanes.values());
   };
-  const running = run();
+  // Stopped, the drain plans nothing more: whoever waits for a reload is let go.
+  let ended = false;
+  const running = run().finally(() => {
+    ended = true;
+    takeNext();
+  });
   logger.info(
     { drain: id, leaseSeconds: config.drain.leaseSeconds, pollMs: config.drain.pollMs, maxConcurrent, routes: config.routes.length },
     'drain started',
@@ -278,7 +288,12 @@ export function startDrain(options: DrainOptions): Drain {
   return {
     wake,
     reconfigure(config: Config, execEnv: NodeJS.ProcessEnv) {
-      next = { config, execEnv };
+      return new Promise<void>((resolve) => {
+        next = { config, execEnv, taken: [...(next?.taken ?? []), resolve] };
+        if (ended) takeNext();
+        // A sleeping loop takes it in at once.
+        else wake();
+      });
     },
     async stop(graceMs: number) {
       stopping = true;

@@ -17,6 +17,12 @@ let WORKER_URL =
     ? new URL('../../dist/drain/worker.js', import.meta.url)
     : new URL(`data:text/javascript,${encodeURIComponent('throw new Error("no drain worker: useDrainWorkerSource was not called")')}`);
 
+/**
+ * How long a reload waits for the drain thread to take its configuration in: a loop that
+ * waits on the database (busy past busyTimeoutMs, unavailable) takes it in later.
+ */
+const RECONFIGURE_WAIT_MS = 10_000;
+
 /** The worker as one ES module's source; the single executable sets it (it has no dist/ beside it). Started from a data: URL. */
 export function useDrainWorkerSource(source: string): void {
   WORKER_URL = new URL(`data:text/javascript;base64,${Buffer.from(source).toString('base64')}`);
@@ -109,13 +115,27 @@ export function startDrainThread(o: DrainThreadOptions): Promise<Drain> {
         for (const a of m.attempts) o.onAttempt?.(a);
         for (const e of m.events) o.onEvent?.(e);
       } else if (m.type === 'lines') onLines(m.lines);
+      else if (m.type === 'reconfigured') reconfigured(m.seq);
       else if (m.type === 'stopped') stopped?.();
     });
     worker.on('error', (e) => fail(e));
     worker.on('exit', (code) => {
+      reconfigured(Infinity);
       stopped?.();
       if (stopped === undefined) fail(new Error(`the drain thread exited (code ${code})`));
     });
+
+    /** Reloads posted and not yet answered, by sequence number. */
+    const waiting = new Map<number, () => void>();
+    let reconfigures = 0;
+    /** The thread took in reload `seq` (and every earlier one). */
+    function reconfigured(seq: number) {
+      for (const [s, done] of waiting) {
+        if (s > seq) continue;
+        waiting.delete(s);
+        done();
+      }
+    }
 
     const drain: Drain = {
       wake() {
@@ -124,7 +144,16 @@ export function startDrainThread(o: DrainThreadOptions): Promise<Drain> {
         if (Atomics.compareExchange(counts, 1, 1, 2) === 1) post({ type: 'wake' });
       },
       reconfigure(config: Config, env: NodeJS.ProcessEnv) {
-        post({ type: 'reconfigure', ...forThread(config, env) });
+        const seq = ++reconfigures;
+        return new Promise<void>((resolve) => {
+          // A thread that does not answer (its loop waiting on the database) takes it in later.
+          const timer = setTimeout(() => reconfigured(seq), RECONFIGURE_WAIT_MS);
+          waiting.set(seq, () => {
+            clearTimeout(timer);
+            resolve();
+          });
+          post({ type: 'reconfigure', seq, ...forThread(config, env) });
+        });
       },
       stop(graceMs: number) {
         return new Promise<void>((done) => {

@@ -32,12 +32,13 @@ export interface DrainWorkerInit {
 export type ToDrainWorker =
   | { type: 'wake' }
   | { type: 'stop'; graceMs: number }
-  /** A reloaded configuration (see Drain.reconfigure). */
-  | ({ type: 'reconfigure' } & Pick<DrainWorkerInit, 'config' | 'httpSecrets' | 'execEnv'>);
+  /** A reloaded configuration (see Drain.reconfigure); answered with `reconfigured` and the same `seq` once taken in. */
+  | ({ type: 'reconfigure'; seq: number } & Pick<DrainWorkerInit, 'config' | 'httpSecrets' | 'execEnv'>);
 export type FromDrainWorker =
   | { type: 'started' }
   | { type: 'outcomes'; attempts: AttemptOutcome[]; events: EventOutcome[] }
   | { type: 'lines'; lines: string[] }
+  | { type: 'reconfigured'; seq: number }
   | { type: 'stopped' }
   | { type: 'failed'; message: string; hint?: string | undefined };
 
@@ -159,7 +160,8 @@ if (parentPort !== null) {
     });
     port.on('message', (m: ToDrainWorker) => {
       if (m.type === 'wake') drain.wake();
-      else if (m.type === 'reconfigure') drain.reconfigure(drainConfig(m), m.execEnv);
+      else if (m.type === 'reconfigure')
+        void drain.reconfigure(drainConfig(m), m.execEnv).then(() => port.postMessage({ type: 'reconfigured', seq: m.seq } satisfies FromDrainWorker));
       else if (m.type === 'stop') {
         void (async () => {
           await drain.stop(m.graceMs);

@@ -117,7 +117,7 @@ for (const backend of await backends()) {
       t.catcher.answer = (_c, n) => (n === 1 ? new Promise((r) => setTimeout(() => r(200), 800)) : 200);
       await t.deliver('ord_r');
       await until(() => t.catcher.caught.length >= 1, 'the first send');
-      t.receiver.reload(t.config);
+      await t.receiver.reload(t.config);
       await until(
         async () => {
           const rows = await t.db.sql(`SELECT status FROM alert_sends ORDER BY id`);

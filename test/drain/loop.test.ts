@@ -1,8 +1,12 @@
-import { readFileSync } from 'node:fs';
+import Database from 'better-sqlite3';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { startDrain, type Drain, type EventOutcome } from '../../src/drain/loop.js';
+import { effectEnvironment } from '../../src/effects/exec.js';
 import { SqliteStore } from '../../src/store/sqlite/index.js';
+import { ingestOne, ingestStatements } from '../../src/store/sqlite/ingest.js';
 import { makeConfig, tempDir, waitFor } from '../helpers.js';
 import { appendKey, inspect, lines, newEvent, silent } from './helpers.js';
 
@@ -115,6 +119,48 @@ describe('the drain loop', () => {
     expect(db.db.prepare(`SELECT count(*) AS n, sum(runs) AS runs FROM effects WHERE status = 'done'`).get()).toEqual({ n: 40, runs: 40 });
     expect(db.db.prepare(`SELECT count(*) AS n FROM events WHERE status <> 'done' OR lease_owner IS NOT NULL`).get()).toEqual({ n: 0 });
     db.close();
+  });
+
+  it('reconfigure resolves once the loop took the configuration in: an event stored after that is planned under it, even by a look already waiting', async () => {
+    const go = join(tmp.dir, 'go');
+    const started = join(tmp.dir, 'started');
+    const licence = {
+      name: 'licence',
+      source: 'shop',
+      key: '{body.order}',
+      effect: { exec: ['/bin/sh', '-c', `touch ${started}; while [ ! -e ${go} ]; do sleep 0.02; done`] },
+    };
+    const mail = { name: 'mail', source: 'shop', key: '{body.order}', effect: { exec: ['true'] } };
+    const json = { sources: { shop }, drain: { pollMs: 60_000, leaseSeconds: 60 }, routes: [licence] };
+    const config = makeConfig(json, tmp.dir);
+    store = new SqliteStore(config.database, { busyTimeoutMs: 400, blockingBusyMs: 5 });
+    drain = startDrain({ config, store, logger: silent });
+    await store.ingest(newEvent({ source: 'shop', deliveryId: 'e1', eventType: 't', body: { order: 'o1' }, receivedAt: Date.now() }));
+    drain.wake();
+    await waitFor(() => existsSync(started) || undefined, 'the licence to start');
+    // Another process takes the write lock: the licence's result, written when it ends, waits
+    // for it on the drain's connection, and the loop's next look waits for that connection.
+    const other = new Database(config.database);
+    other.pragma('busy_timeout = 5000');
+    other.exec('BEGIN IMMEDIATE');
+    writeFileSync(go, '');
+    await sleep(150);
+    drain.wake();
+    await sleep(50);
+    const next = makeConfig({ ...json, routes: [licence, mail] }, tmp.dir);
+    await drain.reconfigure(next, effectEnvironment(next));
+    // Stored once reconfigure resolved, by the other process, which then lets go of the lock.
+    ingestOne(ingestStatements(other), newEvent({ source: 'shop', deliveryId: 'e2', eventType: 't', body: { order: 'o2' }, receivedAt: Date.now() }));
+    other.exec('COMMIT');
+    other.close();
+    drain.wake();
+    const db = inspect(config.database);
+    const units = await waitFor(() => {
+      const rows = db.db.prepare('SELECT route FROM units WHERE event_id = 2 ORDER BY route').all() as { route: string }[];
+      return rows.length > 0 ? rows.map((r) => r.route) : undefined;
+    }, 'the second event to be planned');
+    db.close();
+    expect(units).toEqual(['licence', 'mail']);
   });
 
   it('stop(grace): a running effect that outlives the grace is killed and left to its lease', async () => {

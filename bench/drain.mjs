@@ -20,9 +20,12 @@
 // next, one after another, in this process; run just before and just after the exec run and
 // averaged, since the machine's speed drifts. And what an exec effect must cost: the same
 // loop with, before each spawn, one byte written to a file beside the database and an
-// fdatasync of it (an exec's `running` mark is durable before the command starts). Prints
-// exec / bare spawn and exec / (spawn + fdatasync).
-import { spawn } from 'node:child_process';
+// fdatasync of it (an exec's `running` mark is durable before the command starts); and that
+// loop once more from a node process that first fills as much memory as `serve` had at the
+// end of the exec run (libuv starts a command with fork(), whose cost grows with the
+// parent's memory). Prints exec / bare spawn, exec / (spawn + fdatasync) and exec / (the
+// same from a process of serve's size).
+import { spawn, spawnSync } from 'node:child_process';
 import { open } from 'node:fs/promises';
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -31,7 +34,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
-import { stop } from './proc.mjs';
+import { rssMb, stop } from './proc.mjs';
 
 const { values: args } = parseArgs({
   options: {
@@ -196,7 +199,7 @@ async function run(name, effect, n) {
         `  (first /metrics answer ${firstAnswerS.toFixed(2)} s after the drain started)${other ? `  (${other} retried or dead!)` : ''}${done !== n && !args.db ? `  (${n} stored, ${done} done!)` : ''}`,
     );
     if (other || (done !== n && !args.db)) process.exitCode = 1;
-    return rate;
+    return { rate, rss: rssMb(child.pid) };
   } finally {
     await stop(child);
   }
@@ -230,14 +233,45 @@ async function bareSpawn(label, n, { sync = false } = {}) {
   return rate;
 }
 
+/**
+ * The spawn + fdatasync loop in a node process that first fills `mb` MB of memory (touched,
+ * so it is resident), as a process of serve's size would run it.
+ */
+function sizedSpawn(label, mb, n) {
+  const script = `
+    import { spawn } from 'node:child_process';
+    import { open } from 'node:fs/promises';
+    const fill = [];
+    const more = ${Math.round(mb)} - Math.round(process.memoryUsage().rss / 2 ** 20);
+    for (let i = 0; i < more; i++) fill.push(Buffer.alloc(2 ** 20, i));
+    const mark = await open(${JSON.stringify(join(dir, 'running-mark-sized'))}, 'w');
+    const byte = Buffer.from('x');
+    const t0 = performance.now();
+    for (let i = 0; i < ${n}; i++) {
+      await mark.write(byte, 0, 1, i);
+      await mark.datasync();
+      await new Promise((resolve, reject) => spawn('true', [], { stdio: 'ignore' }).once('error', reject).once('exit', resolve));
+    }
+    console.log(JSON.stringify({ seconds: (performance.now() - t0) / 1000, rss: process.memoryUsage().rss / 2 ** 20, kept: fill.length }));`;
+  const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: DRAIN_LIMIT_S * 1000 });
+  if (r.status !== 0) throw new Error(`${label}: ${r.error?.message ?? r.stderr}`);
+  const { seconds, rss } = JSON.parse(r.stdout);
+  const rate = n / seconds;
+  console.log(
+    `${label.padEnd(26)} ${String(n).padStart(6)} spawns  ${seconds.toFixed(2).padStart(6)} s  ${rate.toFixed(0).padStart(6)} spawns/s  ${(1000 / rate).toFixed(2)} ms/spawn  (RSS ${rss.toFixed(0)} MB)`,
+  );
+  return rate;
+}
+
 const where = args.db ? args.db.replace(/\/\/([^:/@]+):[^@]*@/, '//$1:***@') : `SQLite (WAL, synchronous=FULL) in ${dir}`;
 console.log(`drain benchmark: node ${process.version}, receiver serve (node ${UNIT_NODE_OPTIONS.join(' ')}), logs at info, ${where}`);
 try {
-  const mod = await run('module-noop', { module: MODULE_FILE }, MODULE_EVENTS);
+  const { rate: mod } = await run('module-noop', { module: MODULE_FILE }, MODULE_EVENTS);
   const before = await bareSpawn('bare spawn loop', EXEC_EVENTS);
   const syncedBefore = await bareSpawn('spawn + fdatasync loop', EXEC_EVENTS, { sync: true });
-  const exec = await run('exec-true', { exec: ['true'] }, EXEC_EVENTS);
+  const { rate: exec, rss } = await run('exec-true', { exec: ['true'] }, EXEC_EVENTS);
   const syncedAfter = await bareSpawn('spawn + fdatasync again', EXEC_EVENTS, { sync: true });
+  const sized = sizedSpawn(`the same at serve's ${rss.toFixed(0)} MB`, rss, EXEC_EVENTS);
   const after = await bareSpawn('bare spawn loop again', EXEC_EVENTS);
   const bare = (before + after) / 2;
   const synced = (syncedBefore + syncedAfter) / 2;
@@ -245,7 +279,7 @@ try {
     `no-op module: ${mod.toFixed(0)} events/s; exec true: ${exec.toFixed(0)} events/s; bare spawn loop: ${bare.toFixed(0)} spawns/s; spawn + fdatasync: ${synced.toFixed(0)} a second (means of before and after)`,
   );
   console.log(
-    `exec / bare spawn = ${(exec / bare).toFixed(2)}   exec / (spawn + fdatasync) = ${(exec / synced).toFixed(2)}   module / exec = ${(mod / exec).toFixed(1)}x`,
+    `exec / bare spawn = ${(exec / bare).toFixed(2)}   exec / (spawn + fdatasync) = ${(exec / synced).toFixed(2)}   exec / (the same at serve's size) = ${(exec / sized).toFixed(2)}   module / exec = ${(mod / exec).toFixed(1)}x`,
   );
 } finally {
   rmSync(dir, { recursive: true, force: true });

@@ -153,9 +153,10 @@ describe.runIf(pgOk)('three serve processes on one PostgreSQL database', () => {
       { outcome: 'ok', n: KEYS },
       { outcome: 'skipped', n: DISTINCT - KEYS },
     ]);
-    // The drains shared the work (each serve is the effect's parent process).
+    // Every run was one of the serves' (each serve is the effect's parent process). The one
+    // route is one lane, serial across the three: which of them runs it is left to chance (the
+    // drain whose claim ends may claim the next batch at once), so the runs need not spread.
     const ranBy = new Set(lines.map((l) => l.split(' ')[1]));
-    expect(ranBy.size).toBeGreaterThanOrEqual(2);
     for (const pid of ranBy) expect(serves.map((s) => String(s.child.pid))).toContain(pid);
 
     for (const s of serves.splice(0)) expect(await s.stop('SIGTERM')).toBe(0);

@@ -26,7 +26,7 @@ const { values: args } = parseArgs({
     connections: { type: 'string', default: '32' },
     rounds: { type: 'string', default: '3' },
     starts: { type: 'string', default: '15' },
-    // NODE_OPTIONS for both, e.g. --node-options=--max-semi-space-size=8 (the clone route's unit).
+    // NODE_OPTIONS for both, e.g. --node-options=--max-semi-space-size=2 (what the clone route's unit passes).
     'node-options': { type: 'string', default: '' },
   },
 });

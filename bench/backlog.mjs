@@ -2,14 +2,17 @@
 // (and their release, so the next claim finds them again) and of the drain's look for the
 // next due time, with 16 units waiting in one lane and with many more. A drain whose steps
 // grew with the backlog would fall further behind the longer it is behind; these should
-// stay flat. The baseline is the same steps at the smallest backlog, in the same run.
+// stay flat. Beside them, what a GET /metrics scrape reads (the queue and lane gauges:
+// queueStats and laneStats), which on SQLite runs on serve's HTTP thread: it may grow with
+// the backlog's index entries, but must not read every waiting event's row. The baseline is
+// the same steps at the smallest backlog, in the same run.
 //
 //   npm run build && node bench/backlog.mjs [--backlogs 16,1000,10000] [--rounds 200] [--postgres URL]
 //
 // One route, so one lane ("deploy"), on SQLite in a temp file (and on PostgreSQL with
 // --postgres, in a database the bench creates and drops). Printed per backlog: the mean
-// time of a claim of 16 units, of nextDueAt with the lane free, and of
-// nextDueAt with the lane running here (its backlog must not be walked then either).
+// time of a claim of 16 units, of nextDueAt with the lane free, of nextDueAt with the lane
+// running here (its backlog must not be walked then either), and of a scrape's reads.
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -69,15 +72,21 @@ async function measure(store, backlog) {
   claim = Number(claim) / (ROUNDS + 1) / 1000;
   const free = await time(ROUNDS, () => store.nextDueAt([], at));
   const busy = await time(ROUNDS, () => store.nextDueAt(['deploy'], at));
-  return { backlog, claim, free, busy };
+  const scrape = await time(ROUNDS, () => Promise.all([store.queueStats(), store.laneStats()]));
+  return { backlog, claim, free, busy, scrape };
 }
 
 function print(name, results) {
   const [base] = results;
   console.log(`\n${name}: mean of ${ROUNDS} rounds, us (ratio to a backlog of ${base.backlog})`);
-  console.log(`${'backlog'.padStart(8)}${'claim of 16'.padStart(24)}${'next due, lane free'.padStart(24)}${'next due, lane busy'.padStart(24)}`);
+  console.log(
+    `${'backlog'.padStart(8)}${'claim of 16'.padStart(24)}${'next due, lane free'.padStart(24)}${'next due, lane busy'.padStart(24)}${'metrics scrape'.padStart(24)}`,
+  );
   const cell = (v, b) => `${v.toFixed(0)} (${(v / b).toFixed(2)}x)`.padStart(24);
-  for (const r of results) console.log(`${String(r.backlog).padStart(8)}${cell(r.claim, base.claim)}${cell(r.free, base.free)}${cell(r.busy, base.busy)}`);
+  for (const r of results)
+    console.log(
+      `${String(r.backlog).padStart(8)}${cell(r.claim, base.claim)}${cell(r.free, base.free)}${cell(r.busy, base.busy)}${cell(r.scrape, base.scrape)}`,
+    );
 }
 
 const sqlite = [];

@@ -1380,6 +1380,14 @@ describe.each(backends)('$name store contract', (backend) => {
       expect(await store.getEvent(123_456)).toBeUndefined();
     });
 
+    it("reads the oldest pending event's age from the first stored of them, not from every pending row", async () => {
+      // The clock stepped back between two deliveries: the gauge follows the order they were
+      // stored in (one look-up in the pending index; min(received_at) read every pending row).
+      await store.ingest(event('first', undefined, { receivedAt: T0 }));
+      await store.ingest(event('second', undefined, { receivedAt: T0 - DAY }));
+      expect(await store.queueStats()).toEqual({ pending: 2, processing: 0, dead: 0, oldestPendingReceivedAt: T0 });
+    });
+
     it('lists by every admin filter, and pages by keyset (id) through the whole list', async () => {
       const HOUR = 3_600_000;
       const ids: number[] = [];

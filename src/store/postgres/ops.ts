@@ -61,12 +61,16 @@ export async function dropBodiesBatch(c: Conn, receivedBefore: number, limit: nu
   return rows[0] ?? { events: 0, conflicts: 0 };
 }
 
-/** The queue gauges of GET /metrics, read at every scrape: partial indexes only, no scan of finished events. */
+/**
+ * The queue gauges of GET /metrics, read at every scrape: partial indexes only, no scan of
+ * finished events; the oldest pending event is the first stored of them (one look-up in
+ * events_due, not a read of every pending row).
+ */
 export async function queueStats(c: Conn): Promise<QueueStats> {
   const { rows } = await c.query<{ pending: number; oldest: number | null; processing: number; dead: number }>(
     'queue stats',
     `SELECT (SELECT count(*) FROM events WHERE status = 'pending') AS pending,
-            (SELECT min(received_at) FROM events WHERE status = 'pending') AS oldest,
+            (SELECT received_at FROM events WHERE status = 'pending' ORDER BY id LIMIT 1) AS oldest,
             (SELECT count(*) FROM events WHERE status = 'processing') AS processing,
             (SELECT count(*) FROM events WHERE status = 'dead') AS dead`,
   );

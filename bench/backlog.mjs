@@ -11,7 +11,8 @@
 //
 // One route, so one lane ("deploy"), on SQLite in a temp file (and on PostgreSQL with
 // --postgres, in a database the bench creates and drops). Printed per backlog: the mean
-// time of a claim of 16 units, of nextDueAt with the lane free, of nextDueAt with the lane
+// time of a claim of 16 units, of their release (each event's status derived again, as
+// when a unit is settled), of nextDueAt with the lane free, of nextDueAt with the lane
 // running here (its backlog must not be walked then either), and of a scrape's reads.
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -59,33 +60,37 @@ async function measure(store, backlog) {
   while ((await planStored(store, routes, now)) > 0);
   const at = now + 1000;
   let claim = 0n;
+  let release = 0n;
   await time(ROUNDS, async () => {
     const t = process.hrtime.bigint();
     const units = await store.claimUnits(`bench:1:${randomBytes(3).toString('hex')}#1`, at, 60_000, { busyLanes: [], lanes: 8, perLane: 16 });
-    claim += process.hrtime.bigint() - t;
+    const claimed = process.hrtime.bigint();
+    claim += claimed - t;
     if (units.length !== Math.min(16, backlog)) throw new Error(`claimed ${units.length} units`);
     await store.releaseUnits(
       units.map((u) => u.lease),
       at,
     );
+    release += process.hrtime.bigint() - claimed;
   });
   claim = Number(claim) / (ROUNDS + 1) / 1000;
+  release = Number(release) / (ROUNDS + 1) / 1000;
   const free = await time(ROUNDS, () => store.nextDueAt([], at));
   const busy = await time(ROUNDS, () => store.nextDueAt(['deploy'], at));
   const scrape = await time(ROUNDS, () => Promise.all([store.queueStats(), store.laneStats()]));
-  return { backlog, claim, free, busy, scrape };
+  return { backlog, claim, release, free, busy, scrape };
 }
 
 function print(name, results) {
   const [base] = results;
   console.log(`\n${name}: mean of ${ROUNDS} rounds, us (ratio to a backlog of ${base.backlog})`);
   console.log(
-    `${'backlog'.padStart(8)}${'claim of 16'.padStart(24)}${'next due, lane free'.padStart(24)}${'next due, lane busy'.padStart(24)}${'metrics scrape'.padStart(24)}`,
+    `${'backlog'.padStart(8)}${'claim of 16'.padStart(24)}${'release of 16'.padStart(24)}${'next due, lane free'.padStart(24)}${'next due, lane busy'.padStart(24)}${'metrics scrape'.padStart(24)}`,
   );
   const cell = (v, b) => `${v.toFixed(0)} (${(v / b).toFixed(2)}x)`.padStart(24);
   for (const r of results)
     console.log(
-      `${String(r.backlog).padStart(8)}${cell(r.claim, base.claim)}${cell(r.free, base.free)}${cell(r.busy, base.busy)}${cell(r.scrape, base.scrape)}`,
+      `${String(r.backlog).padStart(8)}${cell(r.claim, base.claim)}${cell(r.release, base.release)}${cell(r.free, base.free)}${cell(r.busy, base.busy)}${cell(r.scrape, base.scrape)}`,
     );
 }
 

@@ -7,6 +7,8 @@ import { postgresError } from '../../src/store/postgres/errors.js';
 import { PostgresStore } from '../../src/store/postgres/index.js';
 import { LATEST_VERSION, migrations } from '../../src/store/postgres/migrations.js';
 import { openSqlite } from '../../src/store/sqlite/open.js';
+import { deriveEventStatus } from '../../src/store/drain/settle.js';
+import { dialect } from '../../src/store/postgres/steps.js';
 import type { NewEvent } from '../../src/store/types.js';
 import { claimOne } from '../helpers.js';
 import { createTestDatabase, postgresAvailable, type TestDatabase } from '../postgres-helpers.js';
@@ -311,6 +313,44 @@ describe.runIf(pgOk)('PostgreSQL store', () => {
       expect(await second).toMatchObject({ action: 'skipped' });
       await store.close();
       await other.close();
+    });
+  });
+
+  describe('a backlog PostgreSQL has not analyzed yet', () => {
+    it("deriving an event's status reads that event's units, not the lane's whole backlog", async () => {
+      const db = await fresh();
+      await (await PostgresStore.open(db.url, { busyTimeoutMs: 2000 })).close();
+      // 20,000 events with a pending unit each in one lane, inserted at once: the planner's
+      // statistics still describe empty tables, as after a burst.
+      await db.query(
+        `INSERT INTO events (source, delivery_id, event_type, received_at, body_sha256, response_status, next_attempt_at, planned)
+          SELECT 'shop', 'd' || i, 'order.paid', $1, 'x', 202, $1, 1 FROM generate_series(1, 20000) AS i`,
+        [T0],
+      );
+      await db.query(`INSERT INTO units (event_id, route, lane, next_attempt_at) SELECT id, 'deploy', 'deploy', next_attempt_at FROM events`);
+      const [newest] = await db.query<{ id: number }>('SELECT max(id) AS id FROM events');
+      // The steps run on the test's connection; the status update with EXPLAIN ANALYZE, which
+      // counts the pages it read.
+      let pages: number | undefined;
+      const steps = deriveEventStatus(dialect, [newest!.id], T0);
+      for (let step = steps.next(); step.done !== true;) {
+        const { sql, params } = step.value;
+        if (!sql.trimStart().startsWith('UPDATE events')) {
+          const rows = await db.query(sql, [...params]);
+          step = steps.next({ rows, changes: rows.length });
+          continue;
+        }
+        type Plan = { 'Shared Hit Blocks': number; 'Shared Read Blocks': number };
+        const [explained] = await db.query<{ 'QUERY PLAN': { Plan: Plan }[] }>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${sql}`, [...params]);
+        const plan = explained!['QUERY PLAN'][0]!.Plan;
+        pages = plan['Shared Hit Blocks'] + plan['Shared Read Blocks'];
+        step = steps.next({ rows: [], changes: 1 });
+      }
+      // A few index and table pages per look-up; reading the lane's pending units was hundreds.
+      expect(pages).toBeGreaterThan(0);
+      expect(pages).toBeLessThan(60);
+      const [derived] = await db.query<{ status: string }>('SELECT status FROM events WHERE id = $1', [newest!.id]);
+      expect(derived!.status).toBe('pending');
     });
   });
 });

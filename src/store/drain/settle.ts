@@ -15,7 +15,8 @@ import { held, leaseList } from './lease.js';
  */
 
 const statements = memo((d: Dialect) => {
-  const units = (status: string) => `SELECT 1 FROM units u WHERE u.event_id = events.id AND u.status IN (${status})`;
+  /** How many of the event's units (u, in derive's pass over them) are in one of `statuses`. */
+  const count = (statuses: string) => `sum(CASE WHEN u.status IN (${statuses}) THEN 1 ELSE 0 END)`;
   return {
     complete: sqlText(
       d,
@@ -43,17 +44,24 @@ const statements = memo((d: Dialect) => {
     // the next statement: two units of one event settled at once by two transactions derive
     // the event's status one after the other, the second seeing the first's commit.
     lockEvents: sqlText(d, (p) => `SELECT id FROM events WHERE id IN (${d.idList(p())}) ORDER BY id${d.lockRows}`),
+    // One pass over the event's units, found by event_id alone: no condition on status that a
+    // partial index could answer, and no ORDER BY id that an index of ids could. Before
+    // PostgreSQL has analyzed a table that grew fast (a backlog), it took either for one
+    // that reads every pending unit, about 35 ms per event at 100,000 pending. The first
+    // unfinished unit's error: its id by min(id + 0), which no index answers in id order.
     derive: sqlText(
       d,
-      (p) => `UPDATE events SET
-        status = CASE WHEN EXISTS (${units(`'processing'`)}) THEN 'processing' WHEN EXISTS (${units(`'pending'`)}) THEN 'pending'
-          WHEN EXISTS (${units(`'dead'`)}) THEN 'dead' ELSE 'done' END,
-        finished_at = CASE WHEN EXISTS (${units(`'pending', 'processing'`)}) THEN NULL ELSE CAST(${p()} AS bigint) END,
-        force_effects = CASE WHEN EXISTS (${units(`'pending', 'processing'`)}) THEN force_effects ELSE 0 END,
-        attempts = coalesce((SELECT max(u.attempts) FROM units u WHERE u.event_id = events.id), attempts),
-        next_attempt_at = coalesce((SELECT min(u.next_attempt_at) FROM units u WHERE u.event_id = events.id AND u.status = 'pending'), next_attempt_at),
-        last_error = (SELECT u.route || ': ' || u.last_error FROM units u
-          WHERE u.event_id = events.id AND u.status <> 'done' AND u.last_error IS NOT NULL ORDER BY u.id LIMIT 1),
+      (p) => `UPDATE events SET (status, finished_at, force_effects, attempts, next_attempt_at) = (
+          SELECT CASE WHEN ${count(`'processing'`)} > 0 THEN 'processing' WHEN ${count(`'pending'`)} > 0 THEN 'pending'
+              WHEN ${count(`'dead'`)} > 0 THEN 'dead' ELSE 'done' END,
+            CASE WHEN ${count(`'pending', 'processing'`)} > 0 THEN NULL ELSE CAST(${p()} AS bigint) END,
+            CASE WHEN ${count(`'pending', 'processing'`)} > 0 THEN events.force_effects ELSE 0 END,
+            coalesce(max(u.attempts), events.attempts),
+            coalesce(min(CASE WHEN u.status = 'pending' THEN u.next_attempt_at END), events.next_attempt_at)
+          FROM units u WHERE u.event_id = events.id
+        ),
+        last_error = (SELECT u.route || ': ' || u.last_error FROM units u WHERE u.event_id = events.id AND u.id = (
+          SELECT min(f.id + 0) FROM units f WHERE f.event_id = events.id AND f.status <> 'done' AND f.last_error IS NOT NULL)),
         lease_owner = NULL, lease_expires_at = NULL
         WHERE id IN (${d.idList(p())})`,
     ),

@@ -47,7 +47,7 @@ const statements = memo((d: Dialect) => {
     // One pass over the event's units, found by event_id alone: no condition on status that a
     // partial index could answer, and no ORDER BY id that an index of ids could. Before
     // PostgreSQL has analyzed a table that grew fast (a backlog), it took either for one
-    // that reads every pending unit, about 35 ms per event at 100,000 pending. The first
+    // that reads every pending unit, about 25 ms per event at 100,000 pending. The first
     // unfinished unit's error: its id by min(id + 0), which no index answers in id order.
     derive: sqlText(
       d,

@@ -5,14 +5,9 @@
  * them: `npm ci` builds (prepare), and the suite's global setup builds again when src/ is
  * newer than dist/; typecheck reports what would fail it. Each group's output
  * is printed whole when it ends (not interleaved); the exit status is 1 if any check failed.
- *
- * `--suite` (what `npm test` runs): the test suite (`vitest run`) beside them, its output as
- * it comes. The suite's workers wait on child processes, sockets and disks much of the time
- * (the whole run uses about 1.3 of the two cores), so the checks' minute of CPU fits beside
- * it instead of before it. The exit status is 1 if the suite or any check failed.
+ * The suite (vitest) runs after this, when every check passed.
  */
 import { spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 
 const groups = [['lint'], ['typecheck', 'format:check']];
 
@@ -27,22 +22,8 @@ function run(script) {
   });
 }
 
-/** `vitest run`, its output straight to ours; resolves with whether it passed. */
-function suite() {
-  return new Promise((resolve) => {
-    const child = spawn(fileURLToPath(new URL('../node_modules/.bin/vitest', import.meta.url)), ['run'], { stdio: 'inherit' });
-    child.on('error', (e) => {
-      process.stderr.write(`[check] cannot start vitest: ${e.message}\n`);
-      resolve(false);
-    });
-    child.on('close', (code) => resolve(code === 0));
-  });
-}
-
-const withSuite = process.argv.includes('--suite');
-const results = await Promise.all([
-  ...(withSuite ? [suite()] : []),
-  ...groups.map(async (scripts) => {
+const results = await Promise.all(
+  groups.map(async (scripts) => {
     for (const script of scripts) {
       const started = Date.now();
       const { code, output } = await run(script);
@@ -53,5 +34,5 @@ const results = await Promise.all([
     }
     return true;
   }),
-]);
+);
 process.exit(results.every(Boolean) ? 0 : 1);

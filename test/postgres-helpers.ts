@@ -85,11 +85,16 @@ export async function createTestDatabase(): Promise<TestDatabase> {
     }
     return client;
   };
+  // One client: a query waits for the one before it (pg deprecates queries that overlap on a
+  // client, and tests poll several at once with Promise.all).
+  let previous: Promise<unknown> = Promise.resolve();
   return {
     name,
     url,
-    async query<R extends pg.QueryResultRow>(sql: string, params: unknown[] = []) {
-      return (await (await connected()).query<R>(sql, params)).rows;
+    query<R extends pg.QueryResultRow>(sql: string, params: unknown[] = []) {
+      const run = previous.then(async () => (await (await connected()).query<R>(sql, params)).rows);
+      previous = run.catch(() => {});
+      return run;
     },
     async drop() {
       await client?.end().catch(() => {});

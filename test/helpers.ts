@@ -8,6 +8,7 @@ import { resolveConfig, type Config } from '../src/config/load.js';
 import { run } from '../src/cli/main.js';
 import { createApp, type AppOptions } from '../src/http/app.js';
 import { SqliteStore } from '../src/store/sqlite/index.js';
+import { inject } from 'vitest';
 import type { ClaimedUnit, DrainStore } from '../src/store/drain-types.js';
 
 export const REPO = new URL('..', import.meta.url).pathname;
@@ -121,8 +122,8 @@ function findReceiverForNobody(): { bin: string } | { skip: string } {
   if (spawnSync('setpriv', ['--version']).status !== 0) return { skip: 'running the CLI as nobody needs util-linux setpriv, not found' };
   if (!nobodyReaches([process.execPath])) return { skip: `nobody cannot run node at ${process.execPath}` };
   if (nobodyReaches([BIN, join(REPO, 'dist/cli/main.js'), join(REPO, 'node_modules/better-sqlite3/package.json')])) return { bin: BIN };
-  const dir = mkdtempSync(join(tmpdir(), 'receiver-as-nobody-'));
-  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  // In the run's directory, which the global setup removes when the run ends.
+  const dir = mkdtempSync(join(inject('runDir'), 'receiver-as-nobody-'));
   chmodSync(dir, 0o755);
   for (const part of ['bin', 'dist', 'package.json', ...runtimePackages().map((p) => relative(REPO, p))]) {
     // Not the single executable or its build directory (dist/receiver-*): only what node runs.

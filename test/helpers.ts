@@ -4,11 +4,11 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { inject } from 'vitest';
 import { resolveConfig, type Config } from '../src/config/load.js';
 import { run } from '../src/cli/main.js';
 import { createApp, type AppOptions } from '../src/http/app.js';
 import { SqliteStore } from '../src/store/sqlite/index.js';
-import { inject } from 'vitest';
 import type { ClaimedUnit, DrainStore } from '../src/store/drain-types.js';
 
 export const REPO = new URL('..', import.meta.url).pathname;
